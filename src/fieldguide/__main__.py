@@ -1,0 +1,3 @@
+from fieldguide.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,203 @@
+"""The command line. Imports nothing heavy: torch, textual, pynvml and psutil load only where used."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from fieldguide import __version__
+from fieldguide.errors import EXIT_BAD_INPUT, EXIT_CANNOT_MEASURE, EXIT_INTERRUPTED, FieldguideError
+
+EXIT_FOR_VERDICT = {"clean": 0, "departure": 1, "inconclusive": EXIT_CANNOT_MEASURE}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, as for any bad input
+        self.exit(EXIT_BAD_INPUT, f"fieldguide: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fieldguide", description=(
+        "A field guide for slow PyTorch training jobs: walks a diagnostic playbook, measuring the real job "
+        "at every node, and stops at the first place where measurement departs from expectation."),
+        epilog="With no command, opens the TUI (target picker). `fieldguide -- CMD` or `--pid N` opens it on a target.")
+    parser.add_argument("--version", action="version", version=f"fieldguide {__version__}")
+    parser.add_argument("--pid", type=int, help="(TUI) attach to a running process")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    demo = sub.add_parser("demo", help="slow-training on a bundled faulty workload (TUI, or headless with --no-tui)")
+    demo.add_argument("--no-tui", action="store_true", help="walk headlessly and print a summary")
+    demo.add_argument("--report", type=Path, help="write the findings report here")
+    demo.add_argument("--format", choices=("json", "md", "html"))
+    demo.add_argument("--budget", type=float)
+
+    diag = sub.add_parser("diagnose", help="walk a playbook against a pid or a launched command",
+                          usage="fieldguide diagnose --playbook ID (--pid PID | -- CMD [ARGS...]) [--report PATH] "
+                                "[--format json|md|html] [--budget SECONDS] [--no-tui]")
+    diag.add_argument("--playbook", required=True, help="playbook id (see `fieldguide playbooks`) or a .yaml path")
+    diag.add_argument("--pid", type=int, help="attach to this running process (never stopped or killed)")
+    diag.add_argument("--report", type=Path, help="write the findings report here")
+    diag.add_argument("--format", choices=("json", "md", "html"), help="report format (default: from the suffix)")
+    diag.add_argument("--budget", type=float, help="most seconds of measurement (default 45)")
+    diag.add_argument("--no-tui", action="store_true", help="walk headlessly even on a terminal")
+    diag.add_argument("--show-output", action="store_true", help="pass the launched command's output through (stderr)")
+
+    sub.add_parser("playbooks", help="list installed playbooks with their one-line purpose")
+
+    rep = sub.add_parser("report", help="render a saved JSON report")
+    rep.add_argument("path", type=Path)
+    rep.add_argument("--format", choices=("md", "html", "json"), default="md")
+    rep.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+
+    explain = sub.add_parser("explain", help="print the field-guide page of a cause id")
+    explain.add_argument("cause")
+    return parser
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, cmd = split_command(argv)
+    args = build_parser().parse_args(own)
+    try:
+        return _dispatch(args, cmd)
+    except FieldguideError as err:
+        print(f"fieldguide: {err}", file=sys.stderr)
+        for line in err.detail:
+            print(f"  | {line}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
+    if args.command == "playbooks":
+        return _list_playbooks()
+    if args.command == "report":
+        return _render_saved(args)
+    if args.command == "explain":
+        return _explain(args.cause)
+    if args.command == "demo":
+        from fieldguide.session import demo_command
+
+        if args.no_tui or not sys.stdout.isatty():
+            return _diagnose_headless("slow-training", None, demo_command(), args.report, args.format,
+                                      args.budget, show_output=False)
+        return _tui(None, demo_command(), "slow-training", demo=True)
+    if args.command == "diagnose":
+        if (args.pid is None) == (not cmd):
+            raise FieldguideError("diagnose needs exactly one target: --pid PID or -- CMD [ARGS...]")
+        if args.no_tui or not sys.stdout.isatty():
+            return _diagnose_headless(args.playbook, args.pid, cmd, args.report, args.format, args.budget,
+                                      show_output=args.show_output)
+        return _tui(args.pid, cmd, args.playbook)
+    return _tui(args.pid, cmd, None)
+
+
+def _list_playbooks() -> int:
+    from fieldguide.playbook import list_playbooks
+
+    for playbook in list_playbooks():
+        print(f"{playbook.id:<22} {playbook.purpose}")
+    return 0
+
+
+def _render_saved(args: argparse.Namespace) -> int:
+    import json
+
+    from fieldguide.report import Findings, render
+
+    try:
+        data = json.loads(args.path.read_text())
+        findings = Findings.from_json(data)
+    except OSError as err:
+        raise FieldguideError(f"cannot read {args.path}: {err.strerror}") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise FieldguideError(f"{args.path} is not a fieldguide JSON report ({err})") from None
+    text = render(findings, args.format)
+    if args.output:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _explain(cause_id: str) -> int:
+    from fieldguide.playbook import load_causes, playbook_dirs
+
+    causes = load_causes(playbook_dirs()[-1])
+    cause = causes.get(cause_id)
+    if cause is None:
+        raise FieldguideError(f"unknown cause {cause_id!r}; known: {', '.join(sorted(causes))}")
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    steps = "\n".join(f"{i}. {s}" for i, s in enumerate(cause.fix, 1))
+    Console().print(Markdown(f"# {cause.id}: {cause.title}\n\n## Why it costs\n\n{cause.why}\n\n"
+                             f"## Fix\n\n{steps}\n\n## Verify\n\n{cause.verify}\n"))
+    return 0
+
+
+def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report: Path | None,
+                       fmt: str | None, budget: float | None, *, show_output: bool) -> int:
+    from rich.console import Console
+
+    from fieldguide.playbook import find_playbook
+    from fieldguide.report import write_report
+    from fieldguide.report.summary import summary_renderable
+    from fieldguide.session import DEFAULT_BUDGET, Session, open_target
+
+    playbook = find_playbook(playbook_id)  # bad playbooks fail before anything starts
+    if budget is not None and budget <= 0:
+        raise FieldguideError("--budget must be a positive number of seconds")
+    err = Console(stderr=True, highlight=False)
+    echo = (lambda line: print(f"  | {line}", file=sys.stderr)) if show_output else None
+    target = open_target(pid, cmd, echo=echo)
+    session = Session(playbook, target, budget=budget or DEFAULT_BUDGET)
+    interrupted = False
+    try:
+        where = f"pid {target.pid}" if pid else " ".join(cmd)
+        err.print(f"[bold]fieldguide[/] {playbook.id} on {target.kind} {where}")
+
+        def progress(result: object) -> None:
+            from fieldguide.engine import NodeResult
+
+            assert isinstance(result, NodeResult)
+            err.print(f"  {result.node:<24} {result.status:<7} {result.seconds:5.1f} s  [dim]{result.note[:90]}[/]")
+
+        try:
+            findings = session.run(progress)
+        except KeyboardInterrupt:
+            interrupted = True
+            current = session.walk.current or "start"
+            session.cancel(f"interrupted by the user (Ctrl-C) at node {current}; the report is partial")
+            findings = session.findings()
+    finally:
+        target.close()
+    Console(highlight=False).print(summary_renderable(findings))
+    if report is not None:
+        path = write_report(findings, report, fmt)
+        err.print(f"report written to {path}")
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_FOR_VERDICT[findings.verdict]
+
+
+def _tui(pid: int | None, cmd: list[str], playbook_id: str | None, demo: bool = False) -> int:
+    try:
+        from fieldguide.tui.app import run_app
+    except ImportError as err:
+        raise FieldguideError(f"the TUI is not available ({err}); use --no-tui") from None
+    return run_app(pid=pid, cmd=cmd or None, playbook_id=playbook_id, demo=demo)
+
+
+if __name__ == "__main__":
+    os._exit(main())

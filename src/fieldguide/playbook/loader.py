@@ -1,0 +1,280 @@
+"""Find, read and validate playbooks. Errors name the file, the line, the node and the field."""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fieldguide.errors import BadInput
+from fieldguide.playbook.expect import ExpectationSyntaxError, parse_expectation
+from fieldguide.playbook.schema import Cause, Edge, MeasureOption, Node, Playbook, template_fields
+from fieldguide.playbook.yamlread import LineDict, read_yaml
+
+CAUSES_FILE = "causes.yaml"
+NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
+PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves"}
+CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify"}
+
+
+class PlaybookError(BadInput):
+    """A malformed playbook: `file:line: node X: field Y: problem`."""
+
+    def __init__(self, path: Path | str, line: int, problem: str, *, node: str | None = None, field: str | None = None):
+        where = f"{path}:{line}" if line else str(path)
+        parts = [where]
+        if node:
+            parts.append(f"node {node}")
+        if field:
+            parts.append(f"field {field}")
+        super().__init__(": ".join(parts) + f": {problem}")
+        self.path, self.line, self.node, self.field = Path(path), line, node, field
+
+
+def playbook_dirs() -> list[Path]:
+    """Where playbooks are found: $FIELDGUIDE_PLAYBOOKS (colon-separated), then the built-ins."""
+    dirs = [Path(p) for p in os.environ.get("FIELDGUIDE_PLAYBOOKS", "").split(os.pathsep) if p]
+    packaged = importlib.resources.files("fieldguide") / "_playbooks"
+    if packaged.is_dir():
+        dirs.append(Path(str(packaged)))
+    else:  # a source checkout or an editable install: the top-level playbooks/
+        dirs.append(Path(__file__).resolve().parents[3] / "playbooks")
+    return dirs
+
+
+def list_playbooks() -> list[Playbook]:
+    seen: dict[str, Playbook] = {}
+    for directory in playbook_dirs():
+        for path in sorted(directory.glob("*.yaml")):
+            if path.name == CAUSES_FILE or path.stem in seen:
+                continue
+            seen[path.stem] = load_playbook(path)
+    return list(seen.values())
+
+
+def find_playbook(playbook_id: str) -> Playbook:
+    """A playbook by id, or by path to a .yaml file."""
+    if playbook_id.endswith((".yaml", ".yml")) or os.sep in playbook_id:
+        path = Path(playbook_id)
+        if not path.is_file():
+            raise BadInput(f"no playbook file {playbook_id}")
+        return load_playbook(path)
+    for directory in playbook_dirs():
+        path = directory / f"{playbook_id}.yaml"
+        if path.is_file():
+            return load_playbook(path)
+    known = sorted({p.stem for d in playbook_dirs() for p in d.glob("*.yaml") if p.name != CAUSES_FILE})
+    raise BadInput(f"unknown playbook {playbook_id!r}; installed: {', '.join(known) or 'none'}")
+
+
+def _read(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise PlaybookError(path, 0, f"cannot read: {err.strerror}") from None
+    try:
+        return read_yaml(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise PlaybookError(path, mark.line + 1 if mark else 0, f"bad YAML: {problem}") from None
+
+
+def _text(data: LineDict, key: str, path: Path, node: str | None, *, required: bool = True) -> str:
+    value = data.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        problem = "is missing" if key not in data else "must be non-empty text"
+        raise PlaybookError(path, data.line_of(key), problem, node=node, field=key)
+    return value.strip()
+
+
+def _check_fields(data: LineDict, allowed: set[str], path: Path, node: str | None) -> None:
+    for key in data:
+        if key not in allowed:
+            raise PlaybookError(path, data.line_of(key), f"unknown field; allowed: {', '.join(sorted(allowed))}",
+                                node=node, field=str(key))
+
+
+def load_causes(directory: Path) -> dict[str, Cause]:
+    """The field-guide pages of causes, from `causes.yaml` next to the playbooks."""
+    causes: dict[str, Cause] = {}
+    for d in [directory, *playbook_dirs()]:
+        path = d / CAUSES_FILE
+        if not path.is_file():
+            continue
+        data = _read(path)
+        if not isinstance(data, LineDict):
+            raise PlaybookError(path, 1, "must be a mapping of cause ids to pages")
+        for cause_id, page in data.items():
+            if cause_id in causes:
+                continue
+            if not isinstance(page, LineDict):
+                raise PlaybookError(path, data.line_of(cause_id), "a cause page must be a mapping", field=str(cause_id))
+            _check_fields(page, CAUSE_FIELDS, path, f"cause {cause_id}")
+            fix = page.get("fix")
+            if not isinstance(fix, list) or not fix or not all(isinstance(s, str) for s in fix):
+                raise PlaybookError(path, page.line_of("fix"), "must be a list of steps (quote a step that contains \": \")", node=f"cause {cause_id}", field="fix")
+            summary = _text(page, "summary", path, f"cause {cause_id}")
+            try:
+                template_fields(summary)
+            except ValueError as err:
+                raise PlaybookError(path, page.line_of("summary"), str(err), node=f"cause {cause_id}", field="summary") from None
+            causes[cause_id] = Cause(
+                id=cause_id,
+                title=_text(page, "title", path, f"cause {cause_id}"),
+                summary=summary,
+                why=_text(page, "why", path, f"cause {cause_id}"),
+                fix=tuple(s.strip() for s in fix),
+                verify=_text(page, "verify", path, f"cause {cause_id}"),
+            )
+    return causes
+
+
+def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
+    line = data.line_of(key)
+    if isinstance(raw, str) and raw.strip():
+        return Edge(kind="node", target=raw.strip())
+    if isinstance(raw, LineDict) and len(set(raw) & {"cause", "leaf"}) == 1:
+        extra = set(raw) - {"cause", "leaf", "summary"}
+        if extra:
+            raise PlaybookError(path, line, f"unknown edge field {sorted(extra)[0]!r}", node=node, field=key)
+        kind = "cause" if "cause" in raw else "leaf"
+        target = raw[kind]
+        if not isinstance(target, str) or target.count(".") != 1:
+            raise PlaybookError(path, line, f"{kind} must be an id of the form area.name", node=node, field=key)
+        summary = raw.get("summary")
+        if summary is not None:
+            try:
+                template_fields(str(summary))
+            except ValueError as err:
+                raise PlaybookError(path, line, str(err), node=node, field=f"{key}.summary") from None
+        return Edge(kind=kind, target=target, summary=summary)
+    raise PlaybookError(path, line, "must be a node id, {cause: ID} or {leaf: ID}", node=node, field=key)
+
+
+def _measure(raw: Any, data: LineDict, path: Path, node: str) -> tuple[MeasureOption, ...]:
+    from fieldguide.probes import registry  # probe modules are light: heavy imports happen in run()
+
+    line = data.line_of("measure")
+    if not isinstance(raw, list) or not raw:
+        raise PlaybookError(path, line, "must be a non-empty list of {probe, params, expect}", node=node, field="measure")
+    options = []
+    for i, item in enumerate(raw):
+        where = f"measure[{i}]"
+        if not isinstance(item, LineDict):
+            raise PlaybookError(path, line, "must be a mapping", node=node, field=where)
+        _check_fields(item, {"probe", "params", "expect"}, path, node)
+        probe_id = item.get("probe")
+        probe_cls = registry.get(probe_id) if isinstance(probe_id, str) else None
+        if probe_cls is None:
+            raise PlaybookError(path, item.line_of("probe"), f"unknown probe {probe_id!r}; known: {', '.join(registry.ids())}",
+                                node=node, field=f"{where}.probe")
+        params = item.get("params") or {}
+        if not isinstance(params, dict):
+            raise PlaybookError(path, item.line_of("params"), "must be a mapping", node=node, field=f"{where}.params")
+        for name, value in params.items():
+            if name not in probe_cls.params:
+                raise PlaybookError(path, item.line_of("params"), f"probe {probe_id} has no parameter {name!r}; it takes: "
+                                    f"{', '.join(probe_cls.params) or 'none'}", node=node, field=f"{where}.params.{name}")
+            want = type(probe_cls.params[name])
+            ok = isinstance(value, want) or (want is float and isinstance(value, int) and not isinstance(value, bool))
+            if not ok:
+                raise PlaybookError(path, item.line_of("params"), f"{name} must be {want.__name__}, got {value!r}",
+                                    node=node, field=f"{where}.params.{name}")
+        try:
+            expectation = parse_expectation(item.get("expect"), f"{where}.expect")
+        except ExpectationSyntaxError as err:
+            raise PlaybookError(path, item.line_of("expect"), str(err), node=node, field=err.field) from None
+        unknown = [n for n in expectation.names() if probe_cls.values and n not in probe_cls.values]
+        if unknown:
+            raise PlaybookError(path, item.line_of("expect"), f"probe {probe_id} measures no value {unknown[0]!r}; it gives: "
+                                f"{', '.join(probe_cls.values)}", node=node, field=f"{where}.expect")
+        options.append(MeasureOption(probe=probe_id, params=dict(params), expect=expectation))
+    return tuple(options)
+
+
+def load_playbook(path: Path) -> Playbook:
+    path = Path(path)
+    data = _read(path)
+    if not isinstance(data, LineDict):
+        raise PlaybookError(path, 1, "a playbook must be a mapping with id, title, purpose, start, nodes")
+    _check_fields(data, PLAYBOOK_FIELDS, path, None)
+    playbook_id = _text(data, "id", path, None)
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise PlaybookError(path, data.line_of("nodes"), "must be a non-empty list of nodes", field="nodes")
+    nodes: dict[str, Node] = {}
+    for raw in raw_nodes:
+        if not isinstance(raw, LineDict):
+            raise PlaybookError(path, data.line_of("nodes"), "each node must be a mapping", field="nodes")
+        node_id = raw.get("id")
+        if not isinstance(node_id, str) or not node_id:
+            raise PlaybookError(path, raw.line, "is missing", field="id")
+        if node_id in nodes:
+            raise PlaybookError(path, raw.line, "duplicate node id", node=node_id, field="id")
+        _check_fields(raw, NODE_FIELDS, path, node_id)
+        for key in ("pass", "depart"):
+            if key not in raw:
+                raise PlaybookError(path, raw.line, "is missing: every node needs both a pass and a depart edge",
+                                    node=node_id, field=key)
+        nodes[node_id] = Node(
+            id=node_id,
+            question=_text(raw, "question", path, node_id),
+            why=_text(raw, "why", path, node_id),
+            measure=_measure(raw.get("measure"), raw, path, node_id),
+            on_pass=_edge(raw["pass"], "pass", raw, path, node_id),
+            on_depart=_edge(raw["depart"], "depart", raw, path, node_id),
+            on_error=_edge(raw["error"], "error", raw, path, node_id) if "error" in raw else None,
+            line=raw.line,
+        )
+    causes = load_causes(path.parent)
+    leaves = data.get("leaves") or {}
+    if not isinstance(leaves, dict):
+        raise PlaybookError(path, data.line_of("leaves"), "must map leaf ids to what they mean", field="leaves")
+    # Every edge must land somewhere real.
+    for node in nodes.values():
+        for key, edge in (("pass", node.on_pass), ("depart", node.on_depart), ("error", node.on_error)):
+            if edge is None:
+                continue
+            line = next((r.line_of(key) for r in raw_nodes if r.get("id") == node.id), node.line)
+            if edge.kind == "node" and edge.target not in nodes:
+                raise PlaybookError(path, line, f"points to unknown node {edge.target!r}", node=node.id, field=key)
+            if edge.kind == "cause" and edge.target not in causes:
+                raise PlaybookError(path, line, f"unknown cause {edge.target!r} (no page in {CAUSES_FILE})",
+                                    node=node.id, field=key)
+            if edge.kind == "leaf" and key == "depart":
+                raise PlaybookError(path, line, "a departure cannot lead to a healthy leaf", node=node.id, field=key)
+            if edge.kind == "leaf" and edge.target not in leaves:
+                raise PlaybookError(path, line, f"leaf {edge.target!r} is not described under `leaves`", node=node.id, field=key)
+    start = _text(data, "start", path, None)
+    if start not in nodes:
+        raise PlaybookError(path, data.line_of("start"), f"unknown start node {start!r}", field="start")
+    _check_acyclic(nodes, start, path)
+    return Playbook(
+        id=playbook_id,
+        title=_text(data, "title", path, None),
+        purpose=_text(data, "purpose", path, None),
+        start=start,
+        nodes=nodes,
+        causes={k: v for k, v in causes.items()},
+        leaves={str(k): str(v) for k, v in leaves.items()},
+        source=path,
+    )
+
+
+def _check_acyclic(nodes: dict[str, Node], start: str, path: Path) -> None:
+    """A walk must end: no edge may lead back to a node already on the way."""
+    def visit(node_id: str, trail: tuple[str, ...]) -> None:
+        if node_id in trail:
+            raise PlaybookError(path, nodes[node_id].line, f"cycle: {' -> '.join((*trail, node_id))}", node=node_id)
+        node = nodes[node_id]
+        for edge in (node.on_pass, node.on_depart, node.on_error):
+            if edge is not None and edge.kind == "node":
+                visit(edge.target, (*trail, node_id))
+
+    visit(start, ())

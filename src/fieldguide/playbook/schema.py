@@ -1,0 +1,100 @@
+"""The playbook data model: plain frozen dataclasses, built by the loader."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fieldguide.playbook.expect import Expectation
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Where a node leads: another node, a departure cause, or a healthy leaf."""
+
+    kind: str  # "node" | "cause" | "leaf"
+    target: str
+    summary: str | None = None  # overrides the cause's summary template
+
+    def describe(self) -> str:
+        return self.target if self.kind == "node" else f"{self.kind} {self.target}"
+
+
+@dataclass(frozen=True)
+class MeasureOption:
+    """One way to decide a node: a probe with parameters and an expectation."""
+
+    probe: str
+    params: dict[str, Any]
+    expect: Expectation
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    question: str
+    why: str
+    measure: tuple[MeasureOption, ...]
+    on_pass: Edge
+    on_depart: Edge
+    on_error: Edge | None = None
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A cause's field-guide page, in fixed sections (like a lint rule's docs)."""
+
+    id: str
+    title: str
+    summary: str  # a template over measured values: "{data_wait_fraction:.0%} of ..."
+    why: str
+    fix: tuple[str, ...]
+    verify: str
+
+
+@dataclass(frozen=True)
+class Playbook:
+    id: str
+    title: str
+    purpose: str
+    start: str
+    nodes: dict[str, Node]
+    causes: dict[str, Cause]
+    leaves: dict[str, str] = field(default_factory=dict)  # leaf id -> what it means
+    source: Path | None = None
+
+
+class _SafeFormatter(string.Formatter):
+    """Formats `{name}` / `{name:spec}` only: no attribute or index access."""
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+        return kwargs.get(field_name, "n/a"), field_name
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if value is None or isinstance(value, str) and format_spec:
+            return "n/a" if value is None else value
+        try:
+            return format(value, format_spec)
+        except (TypeError, ValueError):
+            return str(value)
+
+
+def template_fields(template: str) -> list[str]:
+    """The names a template uses; raises ValueError if it uses anything but plain names."""
+    names = []
+    for _, name, spec, conversion in string.Formatter().parse(template):
+        if name is None:
+            continue
+        if not name.isidentifier() or conversion:
+            raise ValueError(f"template field {{{name}}} must be a plain value name")
+        if spec and "{" in spec:
+            raise ValueError("nested template fields are not allowed")
+        names.append(name)
+    return names
+
+
+def render_template(template: str, values: dict[str, Any]) -> str:
+    return _SafeFormatter().vformat(template, (), values)

@@ -1,0 +1,59 @@
+"""The probe registry, keyed by stable ids.
+
+Built-in probes register exactly as a third-party one would: a module listed in
+BUILTIN_MODULES (or an entry point in the `fieldguide.probes` group) whose
+classes use `@register`. Probe modules import nothing heavy at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import TypeVar
+
+from fieldguide.probes.base import Probe
+
+BUILTIN_MODULES = (
+    "fieldguide.probes.env",
+    "fieldguide.probes.torchstate",
+    "fieldguide.probes.loop",
+    "fieldguide.probes.stacks",
+    "fieldguide.probes.process",
+    "fieldguide.probes.opprofile",
+    "fieldguide.probes.gpu",
+)
+
+P = TypeVar("P", bound=type[Probe])
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._probes: dict[str, type[Probe]] = {}
+        self._loaded = False
+
+    def register(self, cls: P) -> P:
+        if cls.id in self._probes and self._probes[cls.id] is not cls:
+            raise ValueError(f"probe id {cls.id!r} registered twice")
+        self._probes[cls.id] = cls
+        return cls
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for name in BUILTIN_MODULES:
+            importlib.import_module(name)
+        for ep in entry_points(group="fieldguide.probes"):
+            ep.load()
+
+    def get(self, probe_id: str) -> type[Probe] | None:
+        self._load()
+        return self._probes.get(probe_id)
+
+    def ids(self) -> list[str]:
+        self._load()
+        return sorted(self._probes)
+
+
+registry = Registry()
+register = registry.register

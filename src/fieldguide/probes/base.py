@@ -1,0 +1,78 @@
+"""The probe interface: small classes with class-level metadata and one `run`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from fieldguide.measurement import Measurement
+
+if TYPE_CHECKING:
+    from fieldguide.targets import Target
+
+# What a probe may need from its target; the engine skips a probe whose needs are unmet.
+NEEDS_PROCESS = "process"  # a live process (attach or launch)
+NEEDS_AGENT = "agent"  # the in-process agent (launch mode)
+NEEDS_GPU = "gpu"
+
+
+@dataclass
+class ProbeContext:
+    """What a running probe can reach: the target, the clock, cancellation, live readings."""
+
+    target: Target
+    budget_left: float = 60.0
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # Called with small dicts of live readings (the TUI draws them); must be cheap and thread-safe.
+    on_reading: Callable[[dict[str, Any]], None] = lambda reading: None
+    # Measures another probe through the walk's cache (so one py-spy window serves many nodes).
+    measure: Callable[[str, dict[str, Any]], Measurement] | None = None
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep unless cancelled or the target died; False means stop measuring."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.cancelled.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+                return False
+            if not self.target.alive():
+                return False
+        return True
+
+
+class Probe:
+    """Measures one thing about a target for a bounded time.
+
+    Subclasses set `id` (stable, used by playbooks), `title`, `needs`, `params`
+    (name -> default, whose type is the parameter's type) and `values`
+    (name -> unit, the named values `run` returns), and implement `run`.
+    """
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    needs: ClassVar[frozenset[str]] = frozenset()
+    params: ClassVar[dict[str, Any]] = {}
+    values: ClassVar[dict[str, str]] = {}
+
+    def run(self, ctx: ProbeContext, **params: Any) -> Measurement:
+        raise NotImplementedError
+
+    def measurement(self, **kwargs: Any) -> Measurement:
+        units = {k: v for k, v in self.values.items() if v}
+        return Measurement(probe=self.id, units=units, **kwargs)
+
+    def cannot(self, reason: str, **kwargs: Any) -> Measurement:
+        return Measurement.cannot(self.id, reason, **kwargs)
+
+    @classmethod
+    def unmet_needs(cls, capabilities: set[str]) -> list[str]:
+        return sorted(n for n in cls.needs if n not in capabilities)
+
+
+NEED_REASONS = {
+    NEEDS_AGENT: "needs the in-process agent, which only a launched target has (fieldguide diagnose -- CMD)",
+    NEEDS_PROCESS: "needs a target process (--pid or -- CMD)",
+    NEEDS_GPU: "needs an NVIDIA GPU visible through NVML",
+}

@@ -1,0 +1,167 @@
+"""Classify sampled Python stacks by what the thread was doing. Pure functions.
+
+A stack is a list of (function, file) pairs, root first, as py-spy's raw
+output gives them. The categories are the questions the slow-training
+playbook asks: is the loop waiting for its next batch, who produces batches
+and is that CPU work, is there file/network I/O or serialization in the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Frame = tuple[str, str]  # (function, short file name)
+
+# Where a training process's main thread can be.
+DATA_WAIT = "data_wait"  # in DataLoader __next__, waiting for a batch from workers
+PRODUCE = "produce"  # producing a batch: dataset __getitem__, fetch, collate
+STARTUP = "startup"  # creating a DataLoader iterator: spawning workers, worker_init_fn
+IO = "io"  # serialization or file/network I/O: torch.save, pickle, json, sockets
+ANOMALY = "anomaly_trace"  # autograd anomaly mode recording a traceback for every op
+PROFILER = "profiler"  # the autograd profiler's Python side
+FORWARD = "forward"
+BACKWARD = "backward"
+OPTIMIZER = "optimizer"
+OTHER = "other"
+# Worker processes.
+WORKER_IDLE = "worker_idle"  # waiting for the next index from the main process
+
+CATEGORIES = (DATA_WAIT, PRODUCE, STARTUP, IO, ANOMALY, PROFILER, FORWARD, BACKWARD, OPTIMIZER, OTHER, WORKER_IDLE)
+
+_DATALOADER = "torch/utils/data/dataloader.py"
+_FETCH = "torch/utils/data/_utils/fetch.py"
+_WORKER = "torch/utils/data/_utils/worker.py"
+_COLLATE = "torch/utils/data/_utils/collate.py"
+_STARTUP_FUNCS = {"DataLoader.__iter__", "DataLoader._get_iterator", "_MultiProcessingDataLoaderIter.__init__",
+                  "_MultiProcessingDataLoaderIter._reset", "_SingleProcessDataLoaderIter.__init__",
+                  "_BaseDataLoaderIter.__init__"}
+_IO_FILES = ("torch/serialization.py", "pickle.py", "json/__init__.py", "json/encoder.py", "shutil.py",
+             "socket.py", "ssl.py", "http/client.py", "urllib/request.py", "requests/", "urllib3/",
+             "logging/__init__.py", "tempfile.py", "csv.py", "gzip.py", "zipfile", "_pyio.py",
+             "safetensors/", "tensorboard/", "wandb/", "mlflow/", "boto", "fsspec/")
+_ANOMALY_FILES = ("traceback.py", "linecache.py")
+_PROFILER_FILES = ("torch/autograd/profiler.py", "torch/profiler/", "torch/autograd/profiler_util.py")
+
+
+def _in(frame: Frame, *files: str) -> bool:
+    return any(f in frame[1] for f in files)
+
+
+def is_loader_frame(frame: Frame) -> bool:
+    return _in(frame, _DATALOADER, _FETCH, _COLLATE, _WORKER)
+
+
+def _producing(stack: list[Frame], start: int) -> bool:
+    """Below position `start`, is the thread fetching samples or collating them?"""
+    for func, file in stack[start:]:
+        if _FETCH in file or _COLLATE in file or func.endswith(("__getitem__", "__getitems__")):
+            return True
+    return False
+
+
+def classify_main(stack: list[Frame]) -> str:
+    """The category of one sample of the training process's main thread."""
+    for i, frame in enumerate(stack):
+        func, file = frame
+        if _DATALOADER in file:
+            if func in _STARTUP_FUNCS:
+                return STARTUP
+            if func.endswith("__next__") or func.endswith("_next_data"):
+                return PRODUCE if _producing(stack, i) else DATA_WAIT
+    leaf_first = list(reversed(stack))
+    for frame in leaf_first:
+        if _in(frame, *_ANOMALY_FILES):
+            # traceback capture called from inside the model: anomaly mode's per-op record.
+            if any(_in(f, "torch/nn/modules/module.py", "torch/autograd/", "torch/_tensor.py") for f in stack):
+                return ANOMALY
+        if _in(frame, *_PROFILER_FILES):
+            return PROFILER
+        if _in(frame, *_IO_FILES):
+            return IO
+    for frame in leaf_first:
+        func, file = frame
+        if "torch/optim/" in file:
+            return OPTIMIZER
+        if ("torch/_tensor.py" in file and func.endswith("backward")) or "torch/autograd/__init__.py" in file \
+                or "torch/autograd/graph.py" in file:
+            return BACKWARD
+        if "torch/nn/modules/module.py" in file and func.endswith(("_call_impl", "_wrapped_call_impl")):
+            return FORWARD
+    return OTHER
+
+
+def classify_worker(stack: list[Frame]) -> str:
+    """The category of one sample of a DataLoader worker process's main thread.
+
+    A forked worker's stack still shows the parent's frames down to the fork;
+    what matters is what sits below `_worker_loop`.
+    """
+    for i, (func, file) in enumerate(stack):
+        if _WORKER in file and func.endswith("_worker_loop"):
+            below = stack[i + 1:]
+            if not below:
+                return WORKER_IDLE
+            if _producing(stack, i + 1):
+                return PRODUCE
+            nxt_func, nxt_file = below[0]
+            if "multiprocessing/" in nxt_file or nxt_file.endswith("queue.py") or "threading.py" in nxt_file:
+                return WORKER_IDLE
+            if "torch/" in nxt_file:
+                return WORKER_IDLE if "get" in nxt_func.lower() else OTHER
+            return STARTUP  # user code called straight from _worker_loop: the worker_init_fn
+    return STARTUP  # not in the worker loop yet: the worker is starting (fork/spawn bootstrap)
+
+
+@dataclass
+class ThreadSample:
+    """One collapsed stack with how many times it was seen."""
+
+    pid: int
+    role: str  # "main" (the training process) or "worker"
+    thread: str
+    stack: list[Frame]
+    count: int
+    category: str = ""
+
+
+@dataclass
+class StackSummary:
+    """Counts per category for the main thread and for workers; CPU (active) counts beside all counts."""
+
+    main_all: dict[str, int] = field(default_factory=dict)
+    main_active: dict[str, int] = field(default_factory=dict)
+    worker_all: dict[str, int] = field(default_factory=dict)
+    worker_active: dict[str, int] = field(default_factory=dict)
+    worker_pids: set[int] = field(default_factory=set)
+
+    @property
+    def main_total(self) -> int:
+        return sum(self.main_all.values())
+
+    @property
+    def worker_total(self) -> int:
+        return sum(self.worker_all.values())
+
+    def main_share(self, *categories: str) -> float | None:
+        total = self.main_total
+        return sum(self.main_all.get(c, 0) for c in categories) / total if total else None
+
+    def worker_share(self, *categories: str) -> float | None:
+        total = self.worker_total
+        return sum(self.worker_all.get(c, 0) for c in categories) / total if total else None
+
+
+def summarize(all_samples: list[ThreadSample], active_samples: list[ThreadSample]) -> StackSummary:
+    """Fold samples taken with --idle (all) and without (on-CPU only) into one summary."""
+    summary = StackSummary()
+    for samples, main, workers in ((all_samples, summary.main_all, summary.worker_all),
+                                   (active_samples, summary.main_active, summary.worker_active)):
+        for s in samples:
+            if s.thread != "MainThread":
+                continue
+            s.category = classify_main(s.stack) if s.role == "main" else classify_worker(s.stack)
+            bucket = main if s.role == "main" else workers
+            bucket[s.category] = bucket.get(s.category, 0) + s.count
+            if s.role == "worker":
+                summary.worker_pids.add(s.pid)
+    return summary

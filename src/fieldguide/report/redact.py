@@ -1,0 +1,66 @@
+"""Secrets never reach a report: tokens, keys and passwords in argv, env vars and log lines."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "[redacted]"
+_SECRET_NAME = re.compile(r"(token|secret|passw(or)?d|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
+                          r"credential|auth|session[_-]?key|\bpwd\b|_key$|^key$)", re.I)
+# Values that are secrets whatever they are called.
+_SECRET_VALUE = re.compile(
+    r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_\-]{20,}|ghp_[A-Za-z0-9]{20,}|gh[ousr]_[A-Za-z0-9]{20,}|"
+    r"xox[abpr]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]+|"
+    r"wandb_[A-Za-z0-9]{20,}|[A-Za-z0-9]{40,})")
+_ASSIGNMENT = re.compile(r"(?P<name>[A-Za-z0-9_\-\.]*(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|credential)[A-Za-z0-9_\-\.]*)"
+                         r"(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|\S+)", re.I)
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)([^@\s/]+)(@)")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def redact_text(text: str) -> str:
+    text = _ASSIGNMENT.sub(lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}", text)
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
+    return _SECRET_VALUE.sub(REDACTED, text)
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """`--token X`, `--api-key=X`, `PASSWORD=X` and secret-looking values are replaced."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and "=" not in arg and is_secret_name(arg.lstrip("-")):
+            out.append(arg)
+            hide_next = True
+            continue
+        if "=" in arg:
+            name, _, _ = arg.partition("=")
+            if is_secret_name(name.lstrip("-")):
+                out.append(f"{name}={REDACTED}")
+                continue
+        out.append(redact_text(arg))
+    return out
+
+
+def redact_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if is_secret_name(k) else redact_text(v)) for k, v in env.items()}
+
+
+def redact_tree(value: Any) -> Any:
+    """Apply text redaction to every string in a JSON-able tree (a last line of defence)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, list):
+        return [redact_tree(v) for v in value]
+    if isinstance(value, dict):
+        return {k: (REDACTED if isinstance(v, str) and is_secret_name(str(k)) else redact_tree(v))
+                for k, v in value.items()}
+    return value

@@ -1,0 +1,74 @@
+"""One diagnosis session: open the target, walk the playbook, build the findings.
+
+Shared by the headless CLI and the TUI, so what is tested is what ships.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fieldguide.engine import NodeResult, ProbeRunner, Walk
+from fieldguide.playbook import Playbook
+from fieldguide.report.findings import Findings, environment_from, findings_from_walk
+from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
+
+DEFAULT_BUDGET = 45.0  # seconds of measurement: a slow-training walk ends well inside a minute
+READY_TIMEOUT = 40.0  # how long a launched job may take to reach its first training steps
+
+
+def open_target(pid: int | None = None, cmd: list[str] | None = None, *,
+                echo: Callable[[str], None] | None = None) -> Target:
+    if pid is not None:
+        return AttachTarget(pid)
+    if cmd:
+        return LaunchTarget(cmd, echo=echo)
+    return LocalTarget()
+
+
+def demo_command() -> list[str]:
+    from fieldguide import workloads
+
+    return [sys.executable, str(workloads.path(workloads.DEMO))]
+
+
+@dataclass
+class Session:
+    playbook: Playbook
+    target: Target
+    budget: float = DEFAULT_BUDGET
+    on_reading: Callable[[dict[str, Any]], None] | None = None
+    runner: ProbeRunner = field(init=False)
+    walk: Walk = field(init=False)
+    environment: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        self.runner = ProbeRunner(self.target, self.budget, on_reading=self.on_reading)
+        self.walk = Walk(self.playbook, self.target.capabilities, self.runner)
+
+    def wait_ready(self) -> None:
+        if isinstance(self.target, LaunchTarget):
+            self.target.wait_ready(timeout=READY_TIMEOUT)
+
+    def read_environment(self) -> None:
+        env = self.runner.measure_probe("env.versions", {})
+        self.environment = environment_from(env.values, env.evidence.get("gpus", []))
+
+    def run(self, on_result: Callable[[NodeResult], None] | None = None) -> Findings:
+        self.wait_ready()
+        self.read_environment()
+        self.walk.run(on_result)
+        return self.findings()
+
+    def cancel(self, note: str) -> None:
+        self.note = note
+        self.runner.cancelled.set()
+
+    def findings(self) -> Findings:
+        if not self.environment:
+            self.environment = environment_from({}, [])
+        return findings_from_walk(self.walk, self.target.describe(), self.environment, note=self.note,
+                                  log_tail=self.target.log_tail())

@@ -1,0 +1,302 @@
+"""What is being diagnosed: a launched command, an attached pid, or the local machine."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from fieldguide.agent import RUNTIME_FILE
+from fieldguide.agent.bootstrap import write_bootstrap
+from fieldguide.agent.channel import AgentServer
+from fieldguide.errors import BadInput, TargetFailed
+
+LOG_LINES_KEPT = 400
+CAP_SYS_PTRACE = 19
+YAMA_SCOPE_FILE = Path("/proc/sys/kernel/yama/ptrace_scope")
+
+
+class Target:
+    kind = "local"
+    agent: AgentServer | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    def alive(self) -> bool:
+        return True
+
+    def capabilities(self) -> set[str]:
+        return set()
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "pid": self.pid, "cmdline": []}
+
+    def log_tail(self, lines: int = 40) -> list[str]:
+        return []
+
+    def gone_reason(self) -> str:
+        return "the target exited"
+
+    def close(self) -> None:
+        """End what fieldguide started; never touches a process it attached to."""
+
+
+class LocalTarget(Target):
+    """The machine alone: GPU and host probes, no process."""
+
+
+def py_spy_path() -> str | None:
+    """py-spy from PATH, else the one installed beside this interpreter."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.exists() else None
+
+
+def ptrace_denial(capabilities_hex: str | None = None, yama_scope: int | None = None) -> str | None:
+    """Why py-spy may not read a process that is not our descendant, or None if it may.
+
+    Reads /proc unless the readings are given (tests pass constructed ones).
+    """
+    if capabilities_hex is None:
+        capabilities_hex = "0"
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("CapEff:"):
+                    capabilities_hex = line.split()[1]
+        except OSError:
+            pass
+    if yama_scope is None:
+        try:
+            yama_scope = int(YAMA_SCOPE_FILE.read_text().strip())
+        except (OSError, ValueError):
+            yama_scope = 0  # no Yama: classic ptrace rules (same user, or root)
+    has_cap = bool(int(capabilities_hex, 16) >> CAP_SYS_PTRACE & 1)
+    how = ("allow it with `sudo sysctl kernel.yama.ptrace_scope=0`, run fieldguide with CAP_SYS_PTRACE "
+           "(e.g. `docker run --cap-add SYS_PTRACE`, or sudo), or use launch mode: fieldguide diagnose -- CMD")
+    if yama_scope == 3:
+        return "ptrace not permitted: kernel.yama.ptrace_scope is 3 (no attaching at all); use launch mode: fieldguide diagnose -- CMD"
+    if yama_scope in (1, 2) and not has_cap:
+        return f"ptrace not permitted: kernel.yama.ptrace_scope is {yama_scope} and fieldguide lacks CAP_SYS_PTRACE; {how}"
+    return None
+
+
+PTRACE_ERROR_MARKS = ("Permission denied", "Operation not permitted", "os error 1)", "os error 13)")
+
+
+def classify_py_spy_failure(pid: int, stderr: str) -> BadInput:
+    """A one-line error for a failed `py-spy dump`, from its stderr."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith(("Stack backtrace", "  "))]
+    first = next((ln for ln in lines if ln.startswith("Error")), lines[0] if lines else "py-spy failed")
+    if any(mark in stderr for mark in PTRACE_ERROR_MARKS):
+        return BadInput(f"ptrace not permitted for pid {pid} ({first}); run fieldguide with CAP_SYS_PTRACE or as the "
+                        "same user, set kernel.yama.ptrace_scope=0, or use launch mode: fieldguide diagnose -- CMD")
+    if "python" in stderr.lower() or "Failed to find" in stderr or "executable name" in stderr:
+        return BadInput(f"pid {pid} is not a Python process py-spy can read ({first})")
+    return BadInput(f"cannot read pid {pid} with py-spy: {first}")
+
+
+def looks_like_python(proc: psutil.Process) -> bool:
+    try:
+        names = [proc.name(), os.path.basename(proc.exe() or "")]
+        cmdline = proc.cmdline()
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return True  # let py-spy decide
+    if cmdline:
+        names.append(os.path.basename(cmdline[0]))
+    if any(n.startswith(("python", "pypy")) for n in names if n):
+        return True
+    try:
+        with open(f"/proc/{proc.pid}/maps") as maps:
+            return any("libpython" in line for line in maps)
+    except OSError:
+        return False
+
+
+class AttachTarget(Target):
+    """A running process. fieldguide reads it; it never stops, signals or kills it."""
+
+    kind = "attach"
+
+    def __init__(self, pid: int):
+        self._pid = pid
+        try:
+            self.proc = psutil.Process(pid)
+            uid = self.proc.uids().real
+            self._cmdline = self.proc.cmdline()
+            status = self.proc.status()
+        except psutil.NoSuchProcess:
+            raise BadInput(f"no process with pid {pid}") from None
+        except psutil.AccessDenied:
+            raise BadInput(f"pid {pid} cannot be read (access denied); run fieldguide as its user or as root") from None
+        if status == psutil.STATUS_ZOMBIE:
+            raise BadInput(f"pid {pid} has exited (zombie)")
+        if uid != os.getuid() and os.geteuid() != 0:
+            try:
+                import pwd
+
+                owner = pwd.getpwuid(uid).pw_name
+            except (KeyError, ImportError):
+                owner = str(uid)
+            raise BadInput(f"pid {pid} belongs to another user ({owner}); attach to your own processes, or run as root")
+        if not looks_like_python(self.proc):
+            raise BadInput(f"pid {pid} is not a Python process ({self.proc.name()})")
+        denial = ptrace_denial()
+        if denial:
+            raise BadInput(denial)
+        self._check_readable()
+
+    def _check_readable(self) -> None:
+        spy = py_spy_path()
+        if spy is None:
+            return  # the stack probe will say py-spy is missing; psutil probes still work
+        try:
+            done = subprocess.run([spy, "dump", "--pid", str(self._pid), "--nonblocking"], capture_output=True,
+                                  text=True, timeout=15, env=dict(os.environ, RUST_BACKTRACE="0"))
+        except subprocess.TimeoutExpired:
+            return
+        if done.returncode != 0 and self.alive():
+            raise classify_py_spy_failure(self._pid, done.stderr + done.stdout)
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def alive(self) -> bool:
+        try:
+            return self.proc.is_running() and self.proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def capabilities(self) -> set[str]:
+        return {"process"}
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "pid": self._pid, "cmdline": self._cmdline}
+
+
+class LaunchTarget(Target):
+    """A command fieldguide starts with its agent loaded, and ends when the walk is over."""
+
+    kind = "launch"
+
+    def __init__(self, cmd: list[str], *, echo: Any = None, env: dict[str, str] | None = None):
+        if not cmd:
+            raise BadInput("no command to launch after --")
+        self.cmd = list(cmd)
+        if shutil.which(cmd[0]) is None:
+            raise TargetFailed(f"command not found: {cmd[0]}")
+        self._dir = Path(tempfile.mkdtemp(prefix="fieldguide-"))  # mode 0700: private to this user
+        self.agent = AgentServer(self._dir)
+        boot = self._dir / "boot"
+        boot.mkdir()
+        write_bootstrap(boot)
+        child_env = dict(env if env is not None else os.environ)
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(boot), child_env.get("PYTHONPATH", "")) if p)
+        child_env["FIELDGUIDE_AGENT_SOCKET"] = str(self.agent.path)
+        child_env["FIELDGUIDE_AGENT_FILE"] = str(RUNTIME_FILE)
+        child_env["FIELDGUIDE_TRACER_PID"] = str(os.getpid())
+        child_env.setdefault("PYTHONUNBUFFERED", "1")  # so its output reaches us as it happens
+        self._log: collections.deque[str] = collections.deque(maxlen=LOG_LINES_KEPT)
+        self._echo = echo
+        self.started = time.monotonic()
+        try:
+            # Its own session: a Ctrl-C meant for fieldguide does not hit the job; we end it ourselves.
+            self.popen = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
+        except OSError as err:
+            self.agent.close()
+            raise TargetFailed(f"cannot start {cmd[0]}: {err.strerror}") from None
+        self._reader = threading.Thread(target=self._read_output, name="fieldguide-target-output", daemon=True)
+        self._reader.start()
+
+    def _read_output(self) -> None:
+        assert self.popen.stdout is not None
+        for raw in iter(self.popen.stdout.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\n")
+            if "Failed to initialize NumPy" in line:
+                continue
+            self._log.append(line)
+            if self._echo is not None:
+                self._echo(line)
+
+    def wait_ready(self, timeout: float, min_steps: int = 3) -> None:
+        """Wait until the agent reports training steps; fail (exit 3) if the command exits first."""
+        assert self.agent is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            conn = self.agent.primary()
+            if conn is not None and conn.steps_total >= min_steps:
+                return
+            if self.popen.poll() is not None:
+                self._reader.join(timeout=2)
+                raise TargetFailed(f"{self.cmd[0]} exited with status {self.popen.returncode} before it could be "
+                                   "measured", detail=self.log_tail(8))
+            time.sleep(0.05)
+
+    @property
+    def pid(self) -> int:
+        conn = self.agent.primary() if self.agent else None
+        return conn.pid if conn is not None and conn.pid else self.popen.pid
+
+    def alive(self) -> bool:
+        if self.popen.poll() is not None:
+            return False
+        try:
+            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def capabilities(self) -> set[str]:
+        caps = {"process"}
+        conn = self.agent.primary() if self.agent else None
+        if conn is not None and not conn.closed:
+            caps.add("agent")
+        return caps
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "pid": self.pid, "cmdline": self.cmd,
+                "exit_status": self.popen.returncode}
+
+    def log_tail(self, lines: int = 40) -> list[str]:
+        return list(self._log)[-lines:]
+
+    def gone_reason(self) -> str:
+        code = self.popen.poll()
+        return f"the target exited (status {code}) mid-probe" if code is not None else "the target exited mid-probe"
+
+    def close(self) -> None:
+        """SIGINT (Python's KeyboardInterrupt: the job's own cleanup runs), then SIGTERM, then SIGKILL."""
+        if self.popen.poll() is None:
+            for sig, wait in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(self.popen.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.popen.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        # Workers or grandchildren left in the job's session go with it.
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._reader.join(timeout=2)
+        if self.agent is not None:
+            self.agent.close()
+        shutil.rmtree(self._dir, ignore_errors=True)

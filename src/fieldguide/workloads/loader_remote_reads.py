@@ -1,0 +1,86 @@
+"""A linear-ish classifier whose samples are fetched one by one from a
+(simulated) object store over a socket, in the main process.
+
+Problem: every `__getitem__` is a blocking round trip with ~3 ms latency and
+`num_workers=0`, so the training loop spends most of each step waiting on reads.
+"""
+import os
+import socket
+import struct
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
+DIM, N_OBJECTS, LATENCY_S = 256, 4096, 0.003
+
+
+class FakeObjectStore(threading.Thread):
+    """Answers GET <key> requests on a socket after a fixed round-trip delay."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.client, self._conn = socket.socketpair()
+        rows = torch.randn(N_OBJECTS, DIM)
+        self._blobs = [struct.pack(f"{DIM}f", *row.tolist()) for row in rows]
+
+    def run(self):
+        while True:
+            key = int.from_bytes(recv_exact(self._conn, 8), "little")
+            time.sleep(LATENCY_S)  # network + storage latency
+            self._conn.sendall(self._blobs[key % N_OBJECTS])
+
+
+def recv_exact(sock, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("object store went away")
+        buf += chunk
+    return bytes(buf)
+
+
+class RemoteSamples(Dataset):
+    def __init__(self, store):
+        self.sock = store.client
+
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, i):
+        self.sock.sendall(int(i).to_bytes(8, "little"))
+        blob = recv_exact(self.sock, DIM * 4)
+        x = torch.frombuffer(bytearray(blob), dtype=torch.float32)
+        return x, int(x[:8].sum() > 0)
+
+
+def main():
+    torch.manual_seed(0)
+    store = FakeObjectStore()
+    store.start()
+    loader = DataLoader(RemoteSamples(store), batch_size=16, shuffle=True, num_workers=0)
+    model = nn.Sequential(nn.Linear(DIM, 128), nn.ReLU(), nn.Linear(128, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    deadline = time.monotonic() + SECONDS
+    last_print = time.monotonic()
+    for step, (x, y) in enumerate(loader):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        now = time.monotonic()
+        if now - last_print >= 1.5:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
+            last_print = now
+        if now >= deadline:
+            break
+
+
+if __name__ == "__main__":
+    main()
