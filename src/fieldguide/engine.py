@@ -6,6 +6,7 @@ callable (the ProbeRunner in real walks, constructed measurements in tests).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,8 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
         except NotEvaluable as missing:
             reasons.append(f"{option.probe}: no value for {missing.name} ({_why_missing(measurement, missing.name)})")
             continue
+        if measurement.reused:
+            reasons.append(f"reused the {option.probe} measurement taken for an earlier node")
         note = "; ".join(reasons)  # why earlier options did not decide, if any
         return NodeResult(node=node.id, status=PASS if held else DEPART, measured=measured,
                           expected=option.expect.describe(), probe=option.probe, seconds=seconds,
@@ -194,6 +197,7 @@ class ProbeRunner:
         self.cache: dict[tuple[str, str], Measurement] = {}
         self.cancelled = threading.Event()
         self._lock = threading.RLock()
+        self._depth = 0  # a probe may measure another through us; charge the budget once
         self._context = lambda: ProbeContext(target=target, budget_left=max(self.budget - self.spent, 1.0),
                                              cancelled=self.cancelled, on_reading=on_reading or (lambda r: None),
                                              measure=self.measure_probe)
@@ -210,7 +214,8 @@ class ProbeRunner:
         key = (probe_id, repr(sorted(params.items())))
         with self._lock:
             if key in self.cache:
-                return self.cache[key]
+                # Reused: this node spent no time measuring.
+                return dataclasses.replace(self.cache[key], seconds=0.0, reused=True)
             probe_cls = registry.get(probe_id)
             if probe_cls is None:
                 return Measurement.cannot(probe_id, f"unknown probe {probe_id}")
@@ -219,13 +224,17 @@ class ProbeRunner:
             if not self.target.alive():
                 return Measurement.cannot(probe_id, self.target.gone_reason())
             started = self._time.monotonic()
+            self._depth += 1
             try:
                 measurement = probe_cls().run(self._context(), **{**probe_cls.params, **params})
             except Exception as err:  # a probe bug must not end the walk: it is a reading with its reason
                 measurement = Measurement.cannot(probe_id, f"probe failed: {type(err).__name__}: {err}")
+            finally:
+                self._depth -= 1
             elapsed = self._time.monotonic() - started
             measurement.seconds = measurement.seconds or elapsed
-            self.spent += elapsed
+            if self._depth == 0:
+                self.spent += elapsed
             if measurement.ok or not self.cancelled.is_set():
                 self.cache[key] = measurement
             return measurement

@@ -24,6 +24,7 @@ class Measurement:
     provenance: str = ""
     seconds: float = 0.0
     unavailable: str | None = None
+    reused: bool = False  # served from the walk's cache: another node already measured it
 
     @property
     def ok(self) -> bool:

@@ -80,6 +80,9 @@ def _read(path: Path) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and context_mark is not None:
+            problem += f" ({context.removeprefix('while ')} on line {context_mark.line + 1})"
         raise PlaybookError(path, mark.line + 1 if mark else 0, f"bad YAML: {problem}") from None
 
 

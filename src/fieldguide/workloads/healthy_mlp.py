@@ -43,7 +43,7 @@ def main():
             step += 1
             now = time.monotonic()
             if now - last_print >= 1.5:
-                print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
+                print(f"step {step} loss {loss.item():.4f} epoch {epoch}", flush=True)
                 last_print = now
             if now >= deadline:
                 return

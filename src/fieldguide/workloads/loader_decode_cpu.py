@@ -39,19 +39,12 @@ def decode(runs):
             value += delta
             levels.append(value)
     img = [math.pow(v / 63.0, 2.2) for v in levels]
-    out = [0.0] * (SIDE * SIDE)
-    for r in range(SIDE):
+    out = []
+    for r in range(SIDE):  # 3x3 box "deblocking" filter, clipped at the borders
+        rows = [rr * SIDE for rr in (r - 1, r, r + 1) if 0 <= rr < SIDE]
         for c in range(SIDE):
-            acc, n = 0.0, 0
-            for dr in (-1, 0, 1):
-                rr = r + dr
-                if 0 <= rr < SIDE:
-                    for dc in (-1, 0, 1):
-                        cc = c + dc
-                        if 0 <= cc < SIDE:
-                            acc += img[rr * SIDE + cc]
-                            n += 1
-            out[r * SIDE + c] = acc / n
+            cols = [cc for cc in (c - 1, c, c + 1) if 0 <= cc < SIDE]
+            out.append(sum(img[b + cc] for b in rows for cc in cols) / (len(rows) * len(cols)))
     return out
 
 

@@ -65,7 +65,7 @@ def main():
             opt.step()
             step += 1
             if time.monotonic() - last_print >= 1.5:
-                print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
+                print(f"step {step} loss {loss.item():.4f} epoch {epoch}", flush=True)
                 last_print = time.monotonic()
             if time.monotonic() >= deadline:
                 return

@@ -1,0 +1,181 @@
+"""Every bad input gets one line on stderr, no traceback, and the contract's exit status."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import FIELDGUIDE, run_fieldguide
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], status: int, *needles: str) -> None:
+    assert proc.returncode == status, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("fieldguide:")]
+    assert len(errors) == 1, proc.stderr  # one line of error (progress lines may precede it)
+    first = errors[0]
+    for needle in needles:
+        assert needle in first, first
+
+
+def test_unknown_playbook() -> None:
+    proc = run_fieldguide("diagnose", "--playbook", "no-such-book", "--", sys.executable, "-c", "pass")
+    assert_one_line_error(proc, 2, "unknown playbook 'no-such-book'", "slow-training")
+
+
+@pytest.mark.parametrize(("body", "needles"), [
+    ("id: x\ntitle: [unclosed\n", ["bad.yaml:3", "bad YAML", "on line 2"]),
+    ("id: x\ntitle: t\npurpose: p\nstart: a\nnodes:\n  - id: a\n    question: q\n    why: w\n"
+     "    measure: [{probe: no.such.probe, expect: {v: {below: 1}}}]\n    pass: {leaf: a.b}\n    depart: {cause: host.debug_mode}\n",
+     ["bad.yaml:9", "node a", "measure[0].probe", "unknown probe 'no.such.probe'"]),
+    ("id: x\ntitle: t\npurpose: p\nstart: a\nnodes:\n  - id: a\n    question: q\n    why: w\n    colour: red\n"
+     "    measure: [{probe: loop.steps, expect: {steps: {above: 1}}}]\n    pass: {leaf: a.b}\n    depart: {cause: host.debug_mode}\n",
+     ["bad.yaml:9", "node a", "field colour", "unknown field"]),
+    ("id: x\ntitle: t\npurpose: p\nstart: a\nleaves: {a.b: fine}\nnodes:\n  - id: a\n    question: q\n    why: w\n"
+     "    measure: [{probe: loop.steps, expect: {steps: {above: 1}}}]\n    pass: {leaf: a.b}\n",
+     ["bad.yaml:7", "node a", "field depart", "is missing"]),
+])
+def test_malformed_playbook(tmp_path: Path, body: str, needles: list[str]) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(body)
+    proc = run_fieldguide("diagnose", "--playbook", str(path), "--", sys.executable, "-c", "pass")
+    assert_one_line_error(proc, 2, *needles)
+
+
+def _free_pid() -> int:
+    pid = 4_000_000
+    while psutil.pid_exists(pid):
+        pid += 1
+    return pid
+
+
+def test_pid_that_does_not_exist() -> None:
+    pid = _free_pid()
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--pid", str(pid))
+    assert_one_line_error(proc, 2, f"no process with pid {pid}")
+
+
+def test_pid_that_is_not_python() -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--pid", str(sleeper.pid))
+        assert_one_line_error(proc, 2, f"pid {sleeper.pid} is not a Python process")
+        assert sleeper.poll() is None, "an attached process must never be killed"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_pid_of_another_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Constructed: psutil reports another owner and we are not root.
+    from fieldguide import targets
+    from fieldguide.errors import BadInput
+
+    class FakeProcess:
+        def __init__(self, pid: int):
+            self.pid = pid
+
+        def uids(self):
+            return __import__("types").SimpleNamespace(real=54321, effective=54321, saved=54321)
+
+        def cmdline(self):
+            return ["python", "train.py"]
+
+        def status(self):
+            return psutil.STATUS_RUNNING
+
+    monkeypatch.setattr(targets.psutil, "Process", FakeProcess)
+    monkeypatch.setattr(targets.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(targets.os, "getuid", lambda: 1000)
+    with pytest.raises(BadInput, match="belongs to another user"):
+        targets.AttachTarget(4242)
+
+
+def test_ptrace_not_permitted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Yama scope 1 without CAP_SYS_PTRACE (constructed readings): attaching fails before py-spy runs."""
+    from fieldguide import targets
+    from fieldguide.errors import BadInput
+
+    real = targets.ptrace_denial
+    monkeypatch.setattr(targets, "ptrace_denial", lambda: real(capabilities_hex="0", yama_scope=1))
+    python = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        with pytest.raises(BadInput, match="ptrace not permitted.*ptrace_scope is 1"):
+            targets.AttachTarget(python.pid)
+        assert python.poll() is None
+    finally:
+        python.kill()
+        python.wait()
+
+
+def test_ptrace_denied_message_says_how_to_allow() -> None:
+    from fieldguide.targets import ptrace_denial
+
+    text = ptrace_denial(capabilities_hex="0", yama_scope=1)
+    assert text is not None
+    for needle in ("ptrace not permitted", "ptrace_scope", "CAP_SYS_PTRACE", "launch mode"):
+        assert needle in text
+
+
+def test_command_not_found(tmp_path: Path) -> None:
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--report", str(tmp_path / "r.json"),
+                          "--", "no-such-command-xyz")
+    assert_one_line_error(proc, 3, "command not found: no-such-command-xyz")
+
+
+def test_command_exits_before_it_was_measured(tmp_path: Path) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text("print('loading data'); print('oops, no such file: data.bin'); raise SystemExit(4)\n")
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--", sys.executable, str(script))
+    assert_one_line_error(proc, 3, "exited with status 4 before it could be measured")
+    assert "oops, no such file: data.bin" in proc.stderr  # its last output lines are shown
+
+
+def test_diagnose_needs_one_target() -> None:
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training")
+    assert_one_line_error(proc, 2, "exactly one target")
+
+
+def test_report_of_a_file_that_is_not_a_report(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2]")
+    proc = run_fieldguide("report", str(bad))
+    assert_one_line_error(proc, 2, "is not a fieldguide JSON report")
+
+
+@pytest.mark.integration
+def test_ctrl_c_ends_the_launched_target_and_writes_a_partial_report(tmp_path: Path) -> None:
+    from fieldguide import workloads
+
+    report = tmp_path / "partial.json"
+    proc = subprocess.Popen([*FIELDGUIDE, "diagnose", "--playbook", "slow-training", "--report", str(report),
+                             "--", sys.executable, str(workloads.path("healthy_mlp"))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="60", NO_COLOR="1"))
+    # Wait until the walk is measuring (the job has started and printed a step).
+    deadline = time.monotonic() + 40
+    children: list[psutil.Process] = []
+    while time.monotonic() < deadline:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        if any("healthy_mlp" in " ".join(c.cmdline()) for c in children):
+            break
+        time.sleep(0.2)
+    time.sleep(6)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    data = __import__("json").loads(report.read_text())
+    assert "interrupted" in data["note"]
+    assert data["verdict"] in ("inconclusive", "departure", "clean")
+    gone = psutil.wait_procs(children, timeout=10)[1]
+    assert not gone, f"launched target still running: {gone}"

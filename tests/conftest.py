@@ -1,0 +1,43 @@
+"""Shared fixtures: the fieldguide command of this checkout, and workload scripts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
+
+
+def run_fieldguide(*args: str, timeout: float = 120, env: dict[str, str] | None = None,
+                   cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="60", NO_COLOR="1", COLUMNS="120", **(env or {}))
+    return subprocess.run([*FIELDGUIDE, *args], capture_output=True, text=True, timeout=timeout, env=full_env,
+                          cwd=cwd)
+
+
+@pytest.fixture
+def workload_process():
+    """Start a zoo workload as a plain process (no agent), for attach tests; killed afterwards."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str, warmup: float = 6.0) -> subprocess.Popen[bytes]:
+        from fieldguide import workloads
+
+        proc = subprocess.Popen([sys.executable, str(workloads.path(name))],
+                                env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="90"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started.append(proc)
+        time.sleep(warmup)
+        assert proc.poll() is None, f"{name} exited early"
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
