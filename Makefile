@@ -1,0 +1,37 @@
+# Quick start: `make demo` (the TUI on a bundled faulty workload) and `make test`.
+# Both create .venv on first use. An installed torch (your CUDA build) is reused when the
+# interpreter already has one; otherwise torch==2.13.0 is installed.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.fieldguide-installed
+
+.PHONY: demo demo-headless test test-fast lint screenshots bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/fieldguide demo
+
+demo-headless: $(STAMP)
+	$(VENV)/bin/fieldguide demo --no-tui
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not integration"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests
+
+screenshots: $(STAMP)
+	$(PY) scripts/screenshots.py
+
+bench: $(STAMP)
+	$(PY) benchmarks/overhead.py

@@ -1,0 +1,74 @@
+"""The wheel ships the playbooks; the core never imports Textual; the CLI never imports torch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def imported_after(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+@pytest.mark.parametrize("module", ["fieldguide.playbook", "fieldguide.engine", "fieldguide.probes",
+                                    "fieldguide.report", "fieldguide.session", "fieldguide.targets",
+                                    "fieldguide.report.summary"])
+def test_core_never_imports_textual(module: str) -> None:
+    modules = imported_after(f"import {module}; from fieldguide.probes import registry; registry.ids()")
+    assert "textual" not in modules
+    assert "torch" not in modules  # probes import torch only inside the target, never here
+    assert "pynvml" not in modules
+
+
+def test_cli_help_is_fast_and_light() -> None:
+    modules = imported_after("import fieldguide.cli")
+    assert not {"torch", "textual", "pynvml", "psutil", "rich"} & modules
+    best = min(_time_help() for _ in range(3))
+    assert best < 0.3, f"fieldguide --help took {best:.2f} s"
+
+
+def _time_help() -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "fieldguide", "--help"], capture_output=True, check=True)
+    return time.perf_counter() - t0
+
+
+@pytest.mark.integration
+def test_wheel_ships_playbooks(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)],
+                   check=True, capture_output=True)
+    wheel = next(dist.glob("fieldguide-*.whl"))
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    # Dependencies come from this test environment (a .pth to its site-packages), the package
+    # itself only from the wheel: no network, no torch download.
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True)
+    out = subprocess.run([str(env_dir / "bin" / "fieldguide"), "playbooks"], capture_output=True, text=True,
+                         cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode == 0, out.stderr
+    assert "slow-training" in out.stdout
+    where = subprocess.run([str(python), "-c", "import fieldguide; print(fieldguide.__file__)"],
+                           capture_output=True, text=True, cwd=tmp_path).stdout
+    assert str(env_dir) in where, f"fieldguide imported from {where}, not the wheel"
+    from zipfile import ZipFile
+
+    names = ZipFile(wheel).namelist()
+    assert "fieldguide/_playbooks/slow-training.yaml" in names
+    assert "fieldguide/_playbooks/causes.yaml" in names
+    assert any(n.startswith("fieldguide/workloads/") and n.endswith(".py") for n in names)
