@@ -72,6 +72,9 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
         except NotEvaluable as missing:
             reasons.append(f"{option.probe}: no value for {missing.name} ({_why_missing(measurement, missing.name)})")
             continue
+        except TypeError as err:  # e.g. a text value compared with `below`: the playbook and probe disagree
+            reasons.append(f"{option.probe}: cannot compare {measured}: {err}")
+            continue
         if measurement.reused:
             reasons.append(f"reused the {option.probe} measurement taken for an earlier node")
         note = "; ".join(reasons)  # why earlier options did not decide, if any

@@ -1,70 +1,15 @@
-"""Shared fakes for the unit tests: constructed measurements, a fake `measure`, the real playbook."""
+"""Fixtures for the unit tests: the real slow-training playbook and walks over constructed measurements."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from fg_fakes import LAUNCH, FakeMeasure, healthy_values
 
 from fieldguide.engine import Walk
-from fieldguide.measurement import Measurement
 from fieldguide.playbook import Playbook, find_playbook
-from fieldguide.probes import registry
-
-LAUNCH = frozenset({"process", "agent"})
-ATTACH = frozenset({"process"})
-
-
-def healthy_values() -> dict[str, dict[str, Any]]:
-    """Per probe id, the values of a healthy training loop (each node of slow-training passes)."""
-    return {
-        "torch.flags": {"anomaly_detection": False, "autograd_profiler": False, "sync_debug_mode": "default",
-                        "sync_debug_on": False, "cuda_launch_blocking": False, "deterministic_algorithms": False,
-                        "torch": "2.13.0", "cuda": None, "num_threads": 4, "debug_switches_on": 0,
-                        "debug_switches": "none"},
-        "torch.flags.outside": {"cuda_launch_blocking": False, "anomaly_trace_fraction": 0.0,
-                                "profiler_fraction": 0.0},
-        "loop.steps": {"steps": 40, "boundary": "optimizer.step", "step_ms_median": 25.0, "step_ms_p90": 27.0,
-                       "data_wait_ms_median": 0.5, "data_wait_ms_p90": 0.8, "data_wait_fraction": 0.02,
-                       "steps_per_second": 40.0, "epoch_starts": 0, "first_batch_ms_median": None,
-                       "startup_wait_fraction": 0.0},
-        "stacks.sample": {"samples": 300, "workers": 2, "data_wait_fraction": 0.03, "startup_wait_fraction": 0.0,
-                          "producer": "workers", "producer_cpu_fraction": 0.2, "worker_busy_fraction": 0.3,
-                          "io_fraction": 0.01, "blocked_other_fraction": 0.02, "anomaly_trace_fraction": 0.0,
-                          "profiler_fraction": 0.0, "forward_fraction": 0.4, "backward_fraction": 0.4,
-                          "optimizer_fraction": 0.1},
-        "process.cpu": {"cpu_cores": 8, "main_cpu_cores": 1.0, "workers": 2, "worker_cpu_cores": 0.4,
-                        "worker_busy_fraction": 0.2, "tree_cpu_fraction": 0.18, "voluntary_switch_share": 0.9,
-                        "rss_mb": 900.0, "rss_growth_mb_per_min": 0.0, "workers_spawned": 0},
-        "torch.ops": {"ops_per_step": 200.0, "median_op_us": 50.0, "op_time_fraction": 0.9, "profiled_steps": 5,
-                      "profiled_step_ms": 25.0, "loader_fraction": 0.01},
-    }
-
-
-class FakeMeasure:
-    """A `measure(option)` callable: constructed Measurements per probe id, and a log of calls.
-
-    `values[probe]` may be a dict of values, or a Measurement (returned as is, e.g. Measurement.cannot).
-    A probe with no entry cannot measure ("not in the fake").
-    """
-
-    def __init__(self, values: dict[str, Any]):
-        self.values = values
-        self.calls: list[str] = []
-
-    def __call__(self, option: Any) -> Measurement:
-        self.calls.append(option.probe)
-        spec = self.values.get(option.probe)
-        if spec is None:
-            return Measurement.cannot(option.probe, "not in the fake")
-        if isinstance(spec, Measurement):
-            return copy.deepcopy(spec)
-        cls = registry.get(option.probe)
-        units = {k: v for k, v in (cls.values if cls else {}).items() if v}
-        return Measurement(probe=option.probe, values=dict(spec), units=units,
-                           evidence={"from": f"fake {option.probe}"}, provenance="constructed", seconds=0.25)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from fieldguide.errors import BadInput
-from fieldguide.playbook import PlaybookError, find_playbook, list_playbooks, load_causes, load_playbook
+from fieldguide.playbook import (
+    PlaybookError,
+    find_playbook,
+    list_playbooks,
+    load_causes,
+    load_playbook,
+)
 from fieldguide.playbook.loader import playbook_dirs
 from fieldguide.playbook.schema import template_fields
 from fieldguide.probes import registry
@@ -226,6 +232,14 @@ def test_bad_yaml_syntax_names_file_and_line(tmp_path):
     assert "bad YAML" in str(err) and "mapping values are not allowed" in str(err)
 
 
+def test_unclosed_flow_mapping_names_where_it_began(tmp_path):
+    text = mutate("depart: {cause: input.waiting}", "depart: {cause: input.waiting")
+    err, path = load_error(tmp_path, text)
+    began = line_of(text, "depart: {cause: input.waiting")
+    assert_names(err, path, began + 1, None, None)  # the problem shows on the next line
+    assert f"(parsing a flow mapping on line {began})" in str(err)
+
+
 def test_duplicate_key_is_bad_yaml_at_the_duplicate(tmp_path):
     text = mutate("    why: Because waiting is idle time.\n",
                   "    why: Because waiting is idle time.\n    why: Twice.\n")
@@ -413,8 +427,6 @@ def test_float_is_rejected_for_an_int_param(tmp_path):
     assert err.field == "measure[0].params.rate" and "rate must be int" in str(err)
 
 
-@pytest.mark.xfail(reason="BUG: loader.py _measure accepts a bool for an int param (isinstance(True, int)); "
-                          "`rate: yes` loads as rate=True", strict=True)
 def test_bool_is_rejected_for_an_int_param(tmp_path):
     text = mutate("probe: stacks.sample\n        params: {seconds: 2.0}",
                   "probe: stacks.sample\n        params: {rate: true}")

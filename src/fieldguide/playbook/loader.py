@@ -185,7 +185,8 @@ def _measure(raw: Any, data: LineDict, path: Path, node: str) -> tuple[MeasureOp
                 raise PlaybookError(path, item.line_of("params"), f"probe {probe_id} has no parameter {name!r}; it takes: "
                                     f"{', '.join(probe_cls.params) or 'none'}", node=node, field=f"{where}.params.{name}")
             want = type(probe_cls.params[name])
-            ok = isinstance(value, want) or (want is float and isinstance(value, int) and not isinstance(value, bool))
+            ok = (isinstance(value, want) and (want is bool or not isinstance(value, bool))) or (
+                want is float and isinstance(value, int) and not isinstance(value, bool))
             if not ok:
                 raise PlaybookError(path, item.line_of("params"), f"{name} must be {want.__name__}, got {value!r}",
                                     node=node, field=f"{where}.params.{name}")

@@ -18,12 +18,10 @@ class NvmlUnavailable(Exception):
     """NVML cannot be used here; str() is the reason for the user."""
 
 
-def _read(fn: Any, *args: Any) -> Any:
-    import pynvml
-
+def _read(nvml: Any, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
-    except pynvml.NVMLError:
+    except nvml.NVMLError:
         return None  # NotSupported / NoPermission vary by SKU and VM
 
 
@@ -34,24 +32,24 @@ def _text(value: Any) -> Any:
 def describe_device(nvml: Any, index: int) -> dict[str, Any]:
     """One GPU's identity and current state; `nvml` is the pynvml module (or a constructed fake)."""
     h = nvml.nvmlDeviceGetHandleByIndex(index)
-    mem = _read(nvml.nvmlDeviceGetMemoryInfo, h)
-    util = _read(nvml.nvmlDeviceGetUtilizationRates, h)
-    power = _read(nvml.nvmlDeviceGetPowerUsage, h)
-    limit = _read(nvml.nvmlDeviceGetEnforcedPowerLimit, h)
-    sm = _read(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
-    sm_max = _read(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM)
-    reasons = _read(nvml.nvmlDeviceGetCurrentClocksEventReasons, h) if hasattr(
+    mem = _read(nvml, nvml.nvmlDeviceGetMemoryInfo, h)
+    util = _read(nvml, nvml.nvmlDeviceGetUtilizationRates, h)
+    power = _read(nvml, nvml.nvmlDeviceGetPowerUsage, h)
+    limit = _read(nvml, nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+    sm = _read(nvml, nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
+    sm_max = _read(nvml, nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM)
+    reasons = _read(nvml, nvml.nvmlDeviceGetCurrentClocksEventReasons, h) if hasattr(
         nvml, "nvmlDeviceGetCurrentClocksEventReasons") else None
-    procs = _read(nvml.nvmlDeviceGetComputeRunningProcesses, h) or []
+    procs = _read(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h) or []
     return {
         "index": index,
-        "name": _text(_read(nvml.nvmlDeviceGetName, h)),
-        "uuid": _text(_read(nvml.nvmlDeviceGetUUID, h)),
+        "name": _text(_read(nvml, nvml.nvmlDeviceGetName, h)),
+        "uuid": _text(_read(nvml, nvml.nvmlDeviceGetUUID, h)),
         "memory_total_mb": round(mem.total / 2**20) if mem else None,
         "memory_used_mb": round(mem.used / 2**20) if mem else None,
         "utilization_gpu": util.gpu if util else None,
         "utilization_memory": util.memory if util else None,
-        "temperature_c": _read(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU),
+        "temperature_c": _read(nvml, nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU),
         "power_w": round(power / 1000, 1) if power is not None else None,
         "power_limit_w": round(limit / 1000, 1) if limit is not None else None,
         "sm_clock_mhz": sm,

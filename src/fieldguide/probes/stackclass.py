@@ -38,7 +38,7 @@ _STARTUP_FUNCS = {"DataLoader.__iter__", "DataLoader._get_iterator", "_MultiProc
 _IO_FILES = ("torch/serialization.py", "pickle.py", "json/__init__.py", "json/encoder.py", "shutil.py",
              "socket.py", "ssl.py", "http/client.py", "urllib/request.py", "requests/", "urllib3/",
              "logging/__init__.py", "tempfile.py", "csv.py", "gzip.py", "zipfile", "_pyio.py",
-             "safetensors/", "tensorboard/", "wandb/", "mlflow/", "boto", "fsspec/")
+             "safetensors/", "tensorboard/", "wandb/", "mlflow/", "boto3/", "botocore/", "fsspec/")
 _ANOMALY_FILES = ("traceback.py", "linecache.py")
 _PROFILER_FILES = ("torch/autograd/profiler.py", "torch/profiler/", "torch/autograd/profiler_util.py")
 

@@ -37,7 +37,7 @@ from fieldguide.probes.stackclass import (
 )
 
 _PROCESS = re.compile(r'process (\d+):"')
-_THREAD = re.compile(r"thread \((\d+)\): (.*)")
+_THREAD = re.compile(r"thread \((\w+)\)(?:: (.*))?$")
 _FRAME = re.compile(r"^(.*) \((.*?)(?::(\d+))?\)$")
 MIN_PRODUCE_SAMPLES = 5
 
@@ -66,7 +66,9 @@ def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
         head, sep, rest = body.partition(";")
         m = _THREAD.match(head)
         if m:
-            thread, body = m.group(2), rest if sep else ""
+            # py-spy omits the name when it cannot read it; the thread whose id is the pid is the main one.
+            name = m.group(2) or ("MainThread" if m.group(1) == str(pid) else m.group(1))
+            thread, body = name, rest if sep else ""
         frames = []
         for raw in body.split(";") if body else []:
             fm = _FRAME.match(raw)
@@ -81,17 +83,29 @@ def _short(stack: list[tuple[str, str]], keep: int = 5) -> str:
     return " ← ".join(reversed(frames[-keep:]))
 
 
-def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSample]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The named values and the evidence, from parsed samples of both samplers."""
+def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSample],
+                 live_workers: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The named values and the evidence, from parsed samples of both samplers.
+
+    `live_workers` is the most worker processes alive at once (psutil, at the window's ends);
+    more distinct worker pids than that in the samples means workers were replaced mid-window.
+    """
     summary = summarize(all_samples, active_samples)
     total = summary.main_total
     values: dict[str, Any] = {"samples": total, "workers": len(summary.worker_pids)}
     share = summary.main_share
     values["data_wait_fraction"] = share(DATA_WAIT, PRODUCE)
-    worker_startup = summary.worker_share(STARTUP) or 0.0
+    # Waiting on the worker life cycle: the main thread creating an iterator, or waiting for a
+    # batch while workers start. When workers were replaced inside the window (each epoch
+    # without persistent_workers), a wait while no worker was producing is a life-cycle wait
+    # (spawning, worker_init_fn, not yet born); otherwise only samples of workers in their
+    # start-up count. Steady starvation shows workers busy in __getitem__ while the main thread waits.
     main_startup = share(STARTUP)
-    values["startup_wait_fraction"] = (
-        None if main_startup is None else main_startup + (share(DATA_WAIT) or 0.0) * worker_startup)
+    churn = live_workers is not None and len(summary.worker_pids) > live_workers
+    worker_idle_share = 1.0 - (summary.worker_share(PRODUCE) or 0.0) if churn else (summary.worker_share(STARTUP) or 0.0)
+    lifecycle_wait = (share(DATA_WAIT) or 0.0) * worker_idle_share if summary.worker_total else 0.0
+    values["startup_wait_fraction"] = None if main_startup is None else main_startup + lifecycle_wait
+    values["workers_replaced"] = churn
     # Who produces the batches: the main process (num_workers=0) or the workers.
     in_workers = summary.worker_all.get(PRODUCE, 0)
     in_main = summary.main_all.get(PRODUCE, 0)
@@ -129,6 +143,15 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     return values, evidence
 
 
+def _live_children(pid: int) -> int:
+    import psutil
+
+    try:
+        return len(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return 0
+
+
 @register
 class StackSample(Probe):
     id = "stacks.sample"
@@ -137,7 +160,7 @@ class StackSample(Probe):
     params = {"seconds": 6.0, "rate": 25}
     values = {
         "samples": "", "workers": "", "data_wait_fraction": "fraction", "startup_wait_fraction": "fraction",
-        "producer": "", "producer_cpu_fraction": "fraction", "worker_busy_fraction": "fraction",
+        "workers_replaced": "", "producer": "", "producer_cpu_fraction": "fraction", "worker_busy_fraction": "fraction",
         "io_fraction": "fraction", "blocked_other_fraction": "fraction", "anomaly_trace_fraction": "fraction",
         "profiler_fraction": "fraction", "forward_fraction": "fraction", "backward_fraction": "fraction",
         "optimizer_fraction": "fraction",
@@ -153,6 +176,7 @@ class StackSample(Probe):
         if pid is None:
             return self.cannot("no target process")
         seconds = max(1.0, min(seconds, ctx.budget_left))
+        live_workers = [_live_children(pid)]
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="fieldguide-spy-") as tmp:
             outputs = {kind: Path(tmp) / f"{kind}.txt" for kind in ("all", "active")}
@@ -182,6 +206,7 @@ class StackSample(Probe):
                 errors[kind] = err or ""
             texts = {kind: out.read_text() if out.exists() else "" for kind, out in outputs.items()}
         elapsed = time.monotonic() - started
+        live_workers.append(_live_children(pid))
         provenance = f"py-spy record --idle / on-CPU, {rate} Hz each, {seconds:.0f} s, --subprocesses --nonblocking"
         if not texts["all"].strip():
             if not ctx.target.alive():
@@ -190,7 +215,7 @@ class StackSample(Probe):
             return self.cannot(str(err), provenance=provenance, seconds=elapsed)
         all_samples = parse_raw(texts["all"], pid)
         active_samples = parse_raw(texts["active"], pid)
-        values, evidence = stack_values(all_samples, active_samples)
+        values, evidence = stack_values(all_samples, active_samples, live_workers=max(live_workers))
         if not values["samples"]:
             return self.cannot("py-spy saw no samples of the main thread", provenance=provenance, seconds=elapsed)
         return self.measurement(values=values, evidence=evidence, provenance=provenance, seconds=elapsed)

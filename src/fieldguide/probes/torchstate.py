@@ -64,7 +64,8 @@ class TorchFlagsOutside(Probe):
     title = "Infer debugging switches from outside: the environment and the stacks"
     needs = frozenset({NEEDS_PROCESS})
     params = {}
-    values = {"cuda_launch_blocking": "", "anomaly_trace_fraction": "fraction", "profiler_fraction": "fraction"}
+    values = {"cuda_launch_blocking": "", "anomaly_trace_fraction": "fraction", "profiler_fraction": "fraction",
+              "debug_switches": ""}
 
     def run(self, ctx: ProbeContext) -> Measurement:
         started = time.monotonic()
@@ -83,6 +84,13 @@ class TorchFlagsOutside(Probe):
             "anomaly_trace_fraction": stacks.values.get("anomaly_trace_fraction"),
             "profiler_fraction": stacks.values.get("profiler_fraction"),
         }
+        seen = [name for name, on in (
+            ("cuda_launch_blocking", values["cuda_launch_blocking"]),
+            ("anomaly_detection (traceback capture in {:.0%} of samples)".format(values["anomaly_trace_fraction"] or 0),
+             (values["anomaly_trace_fraction"] or 0) >= 0.05),
+            ("autograd_profiler ({:.0%} of samples)".format(values["profiler_fraction"] or 0),
+             (values["profiler_fraction"] or 0) >= 0.05)) if on]
+        values["debug_switches"] = ", ".join(seen) or "none seen"
         return self.measurement(values=values, evidence={"top_stacks": stacks.evidence.get("top_stacks", [])},
                                 seconds=time.monotonic() - started,
                                 provenance="/proc/PID/environ; share of stack samples in anomaly-mode traceback "

@@ -38,6 +38,7 @@ class Findings:
             "fieldguide_version": __version__,
             "created": self.created,
             "playbook": self.playbook,
+            "playbook_title": self.playbook_title,
             "target": self.target,
             "environment": self.environment,
             "verdict": self.verdict,

@@ -7,7 +7,7 @@ from typing import Any
 
 REDACTED = "[redacted]"
 _SECRET_NAME = re.compile(r"(token|secret|passw(or)?d|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
-                          r"credential|auth|session[_-]?key|\bpwd\b|_key$|^key$)", re.I)
+                          r"credential|auth|session[_-]?key|\bpwd\b|[_-]key$|^key$)", re.I)
 # Values that are secrets whatever they are called.
 _SECRET_VALUE = re.compile(
     r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_\-]{20,}|ghp_[A-Za-z0-9]{20,}|gh[ousr]_[A-Za-z0-9]{20,}|"

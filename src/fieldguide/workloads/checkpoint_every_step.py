@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
-VOCAB, CONTEXT, DIM, BATCH = 8000, 8, 128, 64
+VOCAB, CONTEXT, DIM, BATCH = 8000, 8, 128, 32
 
 
 class ContextLM(nn.Module):
@@ -44,6 +44,7 @@ def save_checkpoint(model, step, ckpt_dir):
 
 def main():
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     corpus = token_stream()
     model = ContextLM()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)

@@ -33,12 +33,13 @@ class TinyEncoder(nn.Module):
 
 def sample_batch(batch=16):
     tokens = torch.randint(0, VOCAB, (batch, SEQ))
-    labels = (tokens[:, :4].sum(dim=1) // 10) % 4  # depends on the first few tokens
+    labels = tokens[:, 0] % 4  # decided by the first token
     return tokens, labels
 
 
 def main():
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # small model, single-threaded kernels
     model = TinyEncoder()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 

@@ -69,6 +69,7 @@ class CompressedImages(Dataset):
 
 def main():
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # small model, single-threaded kernels
     loader = DataLoader(CompressedImages(), batch_size=16, shuffle=True, num_workers=0)
     model = nn.Sequential(
         nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),

@@ -61,6 +61,7 @@ class RemoteSamples(Dataset):
 
 def main():
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # the model is tiny; one intra-op thread is plenty
     store = FakeObjectStore()
     store.start()
     loader = DataLoader(RemoteSamples(store), batch_size=16, shuffle=True, num_workers=0)

@@ -50,6 +50,7 @@ class ClickModel(nn.Module):
 
 def main():
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # keep the trainer to one core; the workers get the rest
     loader = DataLoader(ClickFeed(), batch_size=16, num_workers=2, collate_fn=collate_bags)
     model = ClickModel()
     opt = torch.optim.Adagrad(model.parameters(), lr=0.05)

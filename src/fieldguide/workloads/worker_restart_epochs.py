@@ -49,6 +49,7 @@ class SensorLSTM(nn.Module):
 
 def main():
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # one intra-op thread; the loader workers get the other core
     loader = DataLoader(SensorWindows(), batch_size=32, shuffle=True, num_workers=2,
                         persistent_workers=False, worker_init_fn=open_feature_index)
     model = SensorLSTM()

@@ -1,0 +1,1 @@
+"""Modal dialogs: export (with its overwrite confirmation), launch a command, errors."""

@@ -1,0 +1,188 @@
+"""The thread side of a walk: open the target, step the walk, re-run or jump to a node,
+re-measure the departure, export. Every method blocks; the walk screen calls them from
+thread workers. No Textual here, and no widget is ever touched from these methods.
+
+One probe operation at a time: `op_lock` is held for the whole of each, so a jump asked
+for while a step measures simply waits its turn.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fieldguide.tui.model import TargetSpec
+
+if TYPE_CHECKING:
+    from fieldguide.engine import NodeResult
+    from fieldguide.playbook import Playbook
+    from fieldguide.session import Session
+    from fieldguide.targets import Target
+
+# A session is built from what the user chose; the real factory launches or attaches,
+# the tests' replay factory serves recorded measurements.
+SessionFactory = Callable[[TargetSpec, "Playbook", Callable[[dict[str, Any]], None], Callable[[str], None]], "Session"]
+
+EXTRA_BUDGET = 30.0  # seconds of measurement granted to each re-run, jump or re-measure the user asks for
+EXPORT_SUFFIXES = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+
+
+class Closing(Exception):
+    """The app is quitting: stop before measuring anything else."""
+
+
+def real_session(spec: TargetSpec, playbook: Playbook, on_reading: Callable[[dict[str, Any]], None],
+                 echo: Callable[[str], None]) -> Session:
+    from fieldguide.session import Session, open_target
+
+    target = open_target(spec.pid, list(spec.cmd) or None, echo=echo)
+    return Session(playbook, target, on_reading=on_reading)
+
+
+def is_launched(target: Target | None) -> bool:
+    return target is not None and getattr(target, "kind", "") == "launch" and hasattr(target, "popen")
+
+
+class WalkDriver:
+    def __init__(self, spec: TargetSpec, playbook: Playbook, factory: SessionFactory, *,
+                 on_reading: Callable[[dict[str, Any]], None], echo: Callable[[str], None],
+                 track: Callable[[Target], None]) -> None:
+        self.spec, self.playbook, self.factory = spec, playbook, factory
+        self.on_reading, self.echo, self.track = on_reading, echo, track
+        self.session: Session | None = None  # the walk on record: what the report exports
+        self.live: Session | None = None  # where measurements go now (a re-measure may relaunch the job)
+        self.op_lock = threading.Lock()
+        self.closing = threading.Event()
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def open(self, started: Callable[[dict[str, Any]], None]) -> Session:
+        session = self._new_session()
+        started(session.target.describe())
+        session.wait_ready()  # a launched job: until the agent reports training steps
+        self._check_closing(session)
+        session.read_environment()
+        self.session = self.live = session
+        return session
+
+    def _new_session(self) -> Session:
+        session = self.factory(self.spec, self.playbook, self.on_reading, self.echo)
+        self.track(session.target)
+        self._check_closing(session)
+        return session
+
+    def _check_closing(self, session: Session) -> None:
+        if self.closing.is_set():
+            session.runner.cancelled.set()
+            raise Closing()
+
+    # -- probe operations ------------------------------------------------------------------------
+
+    def _begin(self, session: Session, *, extra_budget: bool) -> None:
+        if self.closing.is_set():
+            raise Closing()
+        session.runner.cancelled.clear()  # a cancelled re-run before this one must not cancel this one
+        if extra_budget:
+            session.runner.budget = max(session.runner.budget, session.runner.spent + EXTRA_BUDGET)
+
+    def step(self, started: Callable[[str], None]) -> tuple[NodeResult | None, bool]:
+        """Run the walk's current node, record it on the walk's path, follow its edge."""
+        assert self.session is not None
+        with self.op_lock:
+            self._begin(self.session, extra_budget=False)
+            if self.session.walk.current is None:
+                return None, False
+            started(self.session.walk.current)
+            result = self.session.walk.step()
+            return result, self.session.runner.cancelled.is_set()
+
+    def run_node(self, node_id: str, *, fresh: bool, started: Callable[[str], None]) -> tuple[NodeResult, bool]:
+        """Measure and judge one node without moving the walk (jump, re-run)."""
+        assert self.live is not None
+        with self.op_lock:
+            live = self.live
+            self._begin(live, extra_budget=True)
+            if fresh:
+                for option in self.playbook.nodes[node_id].measure:
+                    live.runner.forget(option.probe)
+            started(node_id)
+            result = live.walk.run_node(node_id)
+            return result, live.runner.cancelled.is_set()
+
+    def departure_chain(self) -> list[str]:
+        """The departure's node and the nodes after it that refined the cause."""
+        assert self.session is not None
+        walk = self.session.walk
+        if walk.departure is None:
+            return []
+        ids = [r.node for r in walk.path]
+        start = ids.index(walk.departure.node) if walk.departure.node in ids else 0
+        return ids[start:]
+
+    def remeasure(self, status: Callable[[str], None],
+                  started: Callable[[str], None]) -> tuple[list[tuple[str, NodeResult | None, NodeResult]], str]:
+        """Measure the departure's nodes again, with nothing reused. A launched job is started
+        afresh first, so that a fix to its code is loaded; an attached pid is measured as it is."""
+        assert self.session is not None and self.live is not None
+        chain = self.departure_chain()
+        before = {r.node: r for r in self.session.walk.path}
+        with self.op_lock:
+            self._begin(self.live, extra_budget=True)
+            note = ""
+            if is_launched(self.live.target):
+                status("ending the job, to start it afresh with your fix loaded")
+                self.live.target.close()
+                status(f"starting {' '.join(self.spec.cmd)}")
+                live = self._new_session()
+                status(f"waiting for training steps (pid {live.target.pid})")
+                live.wait_ready()
+                self._check_closing(live)
+                self.live = live
+                note = f"the command was started afresh (pid {live.target.pid})"
+            else:
+                self.live.runner.forget()
+                if not self.live.target.alive():
+                    note = (f"pid {self.spec.pid} has exited: start your job again and attach to the new pid "
+                            "(fieldguide --pid NEW)")
+            rows: list[tuple[str, NodeResult | None, NodeResult]] = []
+            for node_id in chain:
+                self._begin(self.live, extra_budget=True)
+                started(node_id)
+                after = self.live.walk.run_node(node_id)
+                if self.live.runner.cancelled.is_set():
+                    note = "cancelled"
+                    break
+                rows.append((node_id, before.get(node_id), after))
+            return rows, note
+
+    # -- ending ------------------------------------------------------------------------------------
+
+    def cancel(self, note: str) -> None:
+        """Stop measuring (cooperative: probes check the event), for quitting."""
+        self.closing.set()
+        for session in {id(s): s for s in (self.session, self.live) if s is not None}.values():
+            session.cancel(note)
+
+    def cancel_current(self) -> None:
+        """Cancel the probe measuring now (a re-run the user replaced with another)."""
+        if self.live is not None:
+            self.live.runner.cancelled.set()
+
+    # -- export ------------------------------------------------------------------------------------
+
+    def export(self, path: Path) -> tuple[Path, str, str]:
+        """Write the findings report; returns (path, format, verdict)."""
+        from fieldguide.report import write_report
+
+        assert self.session is not None
+        fmt = EXPORT_SUFFIXES[path.suffix.lower()]
+        walk = self.session.walk
+        if not walk.finished and not self.session.note:
+            self.session.note = f"exported mid-walk (next node: {walk.current}); the report is partial"
+        elif walk.finished and self.session.note.startswith("exported mid-walk"):
+            self.session.note = ""
+        findings = self.session.findings()
+        written = write_report(findings, path, fmt)
+        return written.resolve(), fmt, findings.verdict

@@ -1,0 +1,130 @@
+"""Find what can be diagnosed: Python processes that use torch, and (with NVML) GPU processes.
+
+Read-only: /proc and psutil, and NVML's process list when a driver is there.
+Nothing is signalled. A scan takes tens of milliseconds, so the picker runs it
+in a thread worker. The scanner is injectable (tests pass a constructed list).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+TORCH_MARKS = ("/torch/lib/libtorch", "/torch/_C")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    user: str
+    cpu_percent: float
+    rss_mb: float
+    cmdline: str
+    torch: bool = True
+    gpu_mb: int | None = None  # GPU memory NVML says it holds; None: not a GPU process (or no NVML)
+    workers: int = 0  # child processes that also use torch (DataLoader workers), folded into this row
+
+
+Scanner = Callable[[], list[ProcInfo]]
+
+
+def maps_torch(pid: int) -> bool:
+    """Whether the process has torch's native library mapped (it imported torch)."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return any(mark in line for line in maps for mark in TORCH_MARKS)
+    except OSError:
+        return False
+
+
+def gpu_processes() -> tuple[dict[int, int | None], str]:
+    """pid -> GPU memory (MB) for every compute process NVML lists, and NVML's status in words."""
+    try:
+        import pynvml
+    except ImportError:
+        return {}, "NVML: nvidia-ml-py not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return {}, f"NVML unavailable ({err})"
+    found: dict[int, int | None] = {}
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+                try:
+                    for p in query(handle):
+                        used = getattr(p, "usedGpuMemory", None)
+                        found[p.pid] = round(used / 2**20) if used else None
+                except Exception:
+                    continue
+        return found, f"NVML: {pynvml.nvmlDeviceGetCount()} GPU(s)"
+    except Exception as err:
+        return found, f"NVML error ({err})"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _looks_like_python(name: str, cmdline: list[str]) -> bool:
+    names = [name] + ([os.path.basename(cmdline[0])] if cmdline else [])
+    return any(n.startswith(("python", "pypy")) for n in names if n)
+
+
+class ProcessScanner:
+    """Callable: each call scans once. CPU% is over the time since the previous scan
+    (the first scan: since each process started)."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[float, float]] = {}
+        self.status = ""
+
+    def __call__(self) -> list[ProcInfo]:
+        import psutil
+
+        gpus, self.status = gpu_processes()
+        me = os.getpid()
+        now = time.monotonic()
+        rows: dict[int, tuple[int, ProcInfo]] = {}
+        seen: dict[int, tuple[float, float]] = {}
+        for proc in psutil.process_iter(["pid", "ppid", "name", "username", "cmdline", "memory_info",
+                                          "cpu_times", "create_time"]):
+            info = proc.info
+            pid = info["pid"]
+            if pid == me:
+                continue
+            cmdline = info.get("cmdline") or []
+            uses_torch = _looks_like_python(info.get("name") or "", cmdline) and maps_torch(pid)
+            if not uses_torch and pid not in gpus:
+                continue
+            times = info.get("cpu_times")
+            cpu_total = (times.user + times.system) if times else 0.0
+            seen[pid] = (cpu_total, now)
+            if pid in self._last:
+                before, at = self._last[pid]
+                cpu = (cpu_total - before) / max(now - at, 1e-6) * 100
+            else:
+                cpu = cpu_total / max(time.time() - (info.get("create_time") or time.time()), 1e-6) * 100
+            mem = info.get("memory_info")
+            rows[pid] = (info.get("ppid") or 0, ProcInfo(
+                pid=pid, user=info.get("username") or "?", cpu_percent=round(max(cpu, 0.0), 1),
+                rss_mb=round(mem.rss / 2**20, 1) if mem else 0.0, cmdline=" ".join(cmdline) or info.get("name") or "",
+                torch=uses_torch, gpu_mb=gpus.get(pid)))
+        self._last = seen
+        # DataLoader workers (children that also use torch) fold into their parent's row.
+        workers: dict[int, int] = {}
+        for pid, (ppid, _) in rows.items():
+            if ppid in rows:
+                workers[ppid] = workers.get(ppid, 0) + 1
+        out = []
+        for pid, (ppid, row) in rows.items():
+            if ppid in rows:
+                continue
+            if workers.get(pid):
+                row = ProcInfo(**{**row.__dict__, "workers": workers[pid]})
+            out.append(row)
+        return sorted(out, key=lambda r: (-r.cpu_percent, r.pid))

@@ -1,0 +1,1 @@
+"""Screens: target picker, playbook picker, the walk, the departure, help."""

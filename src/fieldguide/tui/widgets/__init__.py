@@ -1,0 +1,1 @@
+"""Reusable widgets: the playbook tree, the node panel, live readings."""

@@ -1,0 +1,115 @@
+"""Live readings of the probe that is measuring: progress, per-step time and data wait,
+CPU of the main process vs its workers, RSS. Block characters only: readable with NO_COLOR."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.widget import Widget
+
+from fieldguide.tui.model import bar, median, sparkline
+
+HISTORY = 120
+
+
+class LiveReadings(Widget):
+    DEFAULT_CSS = """
+    LiveReadings { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.readings: dict[str, dict[str, Any]] = {}
+        self.output: list[str] = []
+        self.cpu_main: list[float] = []
+        self.cpu_workers: list[float] = []
+        self.meter: tuple[float, float, int, float] | None = None
+        self.rss: list[float] = []
+        self.headline = ""
+
+    # -- data in (UI thread only) ----------------------------------------------------------------
+
+    def reset(self, headline: str = "") -> None:
+        self.readings, self.rss, self.headline = {}, [], headline
+        self.refresh(layout=True)
+
+    def set_headline(self, text: str) -> None:
+        self.headline = text
+        self.refresh(layout=True)
+
+    def update_readings(self, readings: dict[str, dict[str, Any]], output: list[str] | None = None) -> None:
+        self.readings = readings
+        if output is not None:
+            self.output = output
+        rss = readings.get("process.cpu", {}).get("rss_mb")
+        if isinstance(rss, (int, float)):
+            self.rss = (self.rss + [float(rss)])[-HISTORY:]
+        self.refresh(layout=True)
+
+    def update_meter(self, main_pct: float | None, workers_pct: float, workers: int, rss_mb: float) -> None:
+        if main_pct is None:
+            self.meter = None
+        else:
+            self.meter = (main_pct, workers_pct, workers, rss_mb)
+            self.cpu_main = (self.cpu_main + [main_pct])[-HISTORY:]
+            self.cpu_workers = (self.cpu_workers + [workers_pct])[-HISTORY:]
+        self.refresh(layout=True)
+
+    # -- drawing -----------------------------------------------------------------------------------
+
+    def _current(self) -> tuple[str, dict[str, Any]]:
+        if not self.readings:
+            return "", {}
+        probe = max(self.readings, key=lambda p: self.readings[p].get("_seq", 0))
+        return probe, self.readings[probe]
+
+    def render(self) -> Text:
+        width = max(self.size.width, 30)
+        label_w = 10
+        spark_w = max(8, width - label_w - 22)
+        out = Text()
+        if self.headline:
+            out.append(self.headline + "\n", style="bold")
+        probe, reading = self._current()
+        if probe:
+            out.append(f"probe {probe}", style="bold yellow")
+            if reading.get("status"):
+                out.append(f"  {reading['status']}", style="dim")
+            out.append("\n")
+            elapsed, of = reading.get("elapsed"), reading.get("of")
+            if isinstance(elapsed, (int, float)) and isinstance(of, (int, float)) and of > 0:
+                out.append(f"{'progress':<{label_w}}{bar(elapsed / of, spark_w)} {elapsed:4.1f} / {of:.0f} s\n")
+            step, wait = reading.get("step_ms") or [], reading.get("wait_ms") or []
+            if step:
+                top = max(step + wait)
+                out.append(f"{'step ms':<{label_w}}")
+                out.append(sparkline(step, spark_w, top), style="cyan")
+                out.append(f" median {median(step[-spark_w:]) or 0:.1f} ({len(step)} steps)\n")
+                out.append(f"{'wait ms':<{label_w}}")
+                out.append(sparkline(wait, spark_w, top), style="red")
+                med_w, med_s = median(wait) or 0.0, median(step) or 0.0
+                share = f" · {med_w / med_s:.0%} of step" if med_s else ""
+                out.append(f" median {med_w:.1f}{share}\n")
+            if self.rss:
+                out.append(f"{'RSS MB':<{label_w}}")
+                out.append(sparkline(self.rss, spark_w, max(self.rss)), style="magenta")
+                out.append(f" {self.rss[-1]:.0f} MB\n")
+        elif self.output:
+            out.append("job output:\n", style="dim")
+            for line in self.output[-3:]:
+                out.append(f"  | {line[: width - 4]}\n", style="dim")
+        if self.meter is not None:
+            main, workers, n, rss = self.meter
+            top = max(self.cpu_main + self.cpu_workers + [100.0])
+            out.append(f"{'CPU main':<{label_w}}")
+            out.append(sparkline(self.cpu_main, spark_w, top), style="green")
+            out.append(f" {main:3.0f}%  RSS {rss:.0f} MB\n")
+            out.append(f"{'workers':<{label_w}}")
+            out.append(sparkline(self.cpu_workers, spark_w, top) if n else "none".ljust(min(spark_w, 4)),
+                       style="blue")
+            out.append(f" {workers:3.0f}% ({n} process{'es' if n != 1 else ''})\n")
+        if not out:
+            out.append("waiting for the first reading…", style="dim")
+        out.rstrip()
+        return out

@@ -1,0 +1,557 @@
+"""Walks of the real slow-training playbook over constructed measurements, and the ProbeRunner's cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fg_fakes import ATTACH, LAUNCH, FakeMeasure, healthy_values
+
+from fieldguide.engine import (
+    CLEAN,
+    DEPART,
+    DEPARTURE,
+    ERROR,
+    INCONCLUSIVE,
+    PASS,
+    SKIP,
+    ProbeRunner,
+    Walk,
+    judge,
+)
+from fieldguide.measurement import Measurement
+from fieldguide.playbook import load_playbook, parse_expectation
+from fieldguide.playbook.schema import Edge, MeasureOption, Node
+from fieldguide.probes import register, registry
+from fieldguide.probes.base import Probe, ProbeContext
+
+ALL_NODES = ["env.debug-flags", "input.worker-startup", "input.data-wait", "host.blocking-io", "host.overhead"]
+
+
+def statuses(walk: Walk) -> list[tuple[str, str]]:
+    return [(r.node, r.status) for r in walk.path]
+
+
+# --- (a) healthy, launch mode ---------------------------------------------------------------------
+
+def test_healthy_launch_walk_is_clean(walk_with):
+    walk, fake = walk_with()
+    assert walk.finished
+    assert statuses(walk) == [(n, PASS) for n in ALL_NODES]
+    assert walk.verdict == CLEAN
+    assert walk.conclusion == "device.compute_bound"
+    assert walk.departure is None
+    assert fake.calls == ["torch.flags", "loop.steps", "loop.steps", "stacks.sample", "torch.ops"]
+    first = walk.path[0]
+    assert first.probe == "torch.flags"
+    assert first.measured == {"anomaly_detection": False, "autograd_profiler": False, "sync_debug_on": False,
+                              "cuda_launch_blocking": False}
+    assert first.expected == ("anomaly_detection == false and autograd_profiler == false and "
+                              "sync_debug_on == false and cuda_launch_blocking == false")
+    assert first.note == "" and first.seconds == 0.25
+    assert walk.path[-1].expected == "op_time_fraction >= 0.5 and (ops_per_step < 1000 or median_op_us >= 20)"
+
+
+def test_step_by_step_and_callback(slow_training):
+    fake = FakeMeasure(healthy_values())
+    walk = Walk(slow_training, lambda: set(LAUNCH), fake)
+    assert walk.current == "env.debug-flags" and not walk.finished
+    first = walk.step()
+    assert first.node == "env.debug-flags" and walk.current == "input.worker-startup"
+    seen: list[str] = []
+    walk.run(on_result=lambda r: seen.append(r.node))
+    assert seen == ALL_NODES[1:]
+    assert walk.step() is None
+
+
+def test_run_node_does_not_move_the_walk(slow_training):
+    walk = Walk(slow_training, lambda: set(LAUNCH), FakeMeasure(healthy_values()))
+    result = walk.run_node("host.blocking-io")
+    assert result.status == PASS and result.probe == "stacks.sample"
+    assert walk.path == [] and walk.current == "env.debug-flags"
+
+
+# --- (b), (c) input starvation ---------------------------------------------------------------------
+
+def test_data_wait_with_waiting_producer_is_input_waiting(walk_with):
+    walk, fake = walk_with({"loop.steps": {"data_wait_fraction": 0.8},
+                            "stacks.sample": {"producer_cpu_fraction": 0.1, "data_wait_fraction": 0.5}})
+    assert statuses(walk) == [("env.debug-flags", PASS), ("input.worker-startup", PASS),
+                              ("input.data-wait", DEPART), ("input.producer", PASS)]
+    assert walk.verdict == DEPARTURE
+    d = walk.departure
+    assert d.node == "input.data-wait"  # the first departure, not the producer node after it
+    assert d.cause.id == "input.waiting"
+    assert d.measured == {"data_wait_fraction": 0.8, "producer_cpu_fraction": 0.1}
+    assert d.expected == "data_wait_fraction < 0.1 ; producer_cpu_fraction < 0.5"
+    # The loop's own timing (first measured) speaks for data_wait_fraction, not the stack estimate.
+    assert d.summary.startswith("80% of each step is spent waiting in DataLoader.__next__")
+    assert "(workers)" in d.summary and "only 10% of the" in d.summary
+    assert "50%" not in d.summary
+    assert set(d.evidence) == {"input.data-wait", "input.producer"}
+    assert walk.conclusion is None
+    assert fake.calls == ["torch.flags", "loop.steps", "loop.steps", "stacks.sample"]
+
+
+def test_data_wait_with_cpu_bound_producer_is_input_cpu_bound(walk_with):
+    walk, _ = walk_with({"loop.steps": {"data_wait_fraction": 0.8},
+                         "stacks.sample": {"producer_cpu_fraction": 0.9, "producer": "main process"}})
+    assert statuses(walk)[-2:] == [("input.data-wait", DEPART), ("input.producer", DEPART)]
+    d = walk.departure
+    assert d.node == "input.data-wait"
+    assert d.cause.id == "input.cpu_bound"
+    assert d.summary.startswith("80% of each step is spent waiting for the next batch")
+    assert "(main process) is on the CPU 90% of the time" in d.summary
+
+
+def test_producer_falls_back_to_process_cpu_when_stacks_cannot_tell(walk_with):
+    walk, fake = walk_with({"loop.steps": {"data_wait_fraction": 0.6},
+                            "stacks.sample": {"producer_cpu_fraction": None, "producer": None},
+                            "process.cpu": {"worker_busy_fraction": 0.95}})
+    producer = walk.path[-1]
+    assert producer.node == "input.producer" and producer.status == DEPART
+    assert producer.probe == "process.cpu"
+    assert producer.measured == {"worker_busy_fraction": 0.95}
+    assert "stacks.sample: no value for producer_cpu_fraction (too few samples producing batches to tell)" \
+        in producer.note
+    assert walk.departure.cause.id == "input.cpu_bound"
+    assert fake.calls[-2:] == ["stacks.sample", "process.cpu"]
+
+
+def test_worker_startup_departure(walk_with):
+    walk, _ = walk_with({"loop.steps": {"startup_wait_fraction": 0.4, "epoch_starts": 12,
+                                        "first_batch_ms_median": 850.0}})
+    assert statuses(walk)[-1] == ("input.worker-startup", DEPART)
+    d = walk.departure
+    assert d.cause.id == "input.worker_startup" and d.node == "input.worker-startup"
+    assert d.summary.startswith("40% of wall time is spent waiting for new DataLoader iterators")
+
+
+def test_blocking_io_departure(walk_with):
+    walk, _ = walk_with({"stacks.sample": {"io_fraction": 0.3, "blocked_other_fraction": 0.05}})
+    assert statuses(walk)[-1] == ("host.blocking-io", DEPART)
+    d = walk.departure
+    assert d.cause.id == "host.blocking_io"
+    assert d.measured == {"io_fraction": 0.3, "blocked_other_fraction": 0.05}
+    assert d.summary.startswith("30% of the main thread's samples are in serialization")
+    assert "another 5% are blocked" in d.summary
+
+
+def test_overhead_departure(walk_with):
+    walk, _ = walk_with({"torch.ops": {"ops_per_step": 20000.0, "median_op_us": 3.0, "op_time_fraction": 0.3}})
+    d = walk.departure
+    assert d.cause.id == "host.overhead_bound" and d.node == "host.overhead"
+    assert d.summary.startswith("A step runs 20000 ops with a median of 3.0 µs each, and only 30% of step time")
+
+
+# --- (d) attach mode ---------------------------------------------------------------------------------
+
+def test_attach_mode_uses_outside_probes_and_skips_agent_only_nodes(walk_with):
+    walk, fake = walk_with(caps=ATTACH)
+    assert statuses(walk) == [("env.debug-flags", PASS), ("input.worker-startup", PASS),
+                              ("input.data-wait", PASS), ("host.blocking-io", PASS), ("host.overhead", SKIP)]
+    assert [r.probe for r in walk.path] == ["torch.flags.outside", "stacks.sample", "stacks.sample",
+                                            "stacks.sample", None]
+    assert "torch.flags" not in fake.calls and "loop.steps" not in fake.calls and "torch.ops" not in fake.calls
+    flags = walk.path[0]
+    assert flags.measured == {"cuda_launch_blocking": False, "anomaly_trace_fraction": 0.0, "profiler_fraction": 0.0}
+    assert flags.note.startswith("torch.flags needs the in-process agent")
+    overhead = walk.path[-1]
+    assert overhead.note == ("torch.ops needs the in-process agent, which only a launched target has "
+                             "(fieldguide diagnose -- CMD)")
+    assert overhead.seconds == 0.0 and overhead.measured == {}
+    assert overhead.expected == "op_time_fraction >= 0.5 and (ops_per_step < 1000 or median_op_us >= 20)"
+    assert walk.verdict == CLEAN
+    assert walk.conclusion == "device.compute_bound"
+
+
+def test_attach_mode_starvation_from_stacks(walk_with):
+    walk, _ = walk_with({"stacks.sample": {"data_wait_fraction": 0.7, "producer_cpu_fraction": 0.85}}, caps=ATTACH)
+    d = walk.departure
+    assert d.node == "input.data-wait" and d.cause.id == "input.cpu_bound"
+    assert d.summary.startswith("70% of each step")
+    assert "85%" in d.summary
+
+
+def test_attach_mode_cuda_launch_blocking_departs(walk_with):
+    walk, _ = walk_with({"torch.flags.outside": {"cuda_launch_blocking": True}}, caps=ATTACH)
+    assert statuses(walk) == [("env.debug-flags", DEPART)]
+    assert walk.departure.cause.id == "host.debug_mode"
+    assert walk.departure.measured["cuda_launch_blocking"] is True
+
+
+def test_attach_mode_debug_summary_names_the_switch(walk_with):
+    walk, _ = walk_with({"torch.flags.outside": {"cuda_launch_blocking": True,
+                                                 "debug_switches": "cuda_launch_blocking"}}, caps=ATTACH)
+    assert "n/a" not in walk.departure.summary
+    assert "CUDA_LAUNCH_BLOCKING" in walk.departure.summary.upper()
+
+
+def test_attach_mode_worker_startup_summary_has_no_missing_values(walk_with):
+    walk, _ = walk_with({"stacks.sample": {"startup_wait_fraction": 0.5}}, caps=ATTACH)
+    assert walk.departure.cause.id == "input.worker_startup"
+    assert "n/a" not in walk.departure.summary
+
+
+def test_local_target_skips_everything_and_is_inconclusive(walk_with):
+    walk, fake = walk_with(caps=frozenset())
+    assert statuses(walk) == [(n, SKIP) for n in ALL_NODES]
+    assert fake.calls == []
+    assert walk.verdict == INCONCLUSIVE
+    assert walk.inconclusive_reason == "no node could be measured on this target"
+    assert "needs a target process (--pid or -- CMD)" in walk.path[1].note
+
+
+# --- (e) errors ---------------------------------------------------------------------------------------
+
+def test_every_probe_cannot_measure_gives_errors_and_inconclusive(walk_with):
+    reason = "the agent stopped answering"
+    base = {probe: Measurement.cannot(probe, reason) for probe in healthy_values()}
+    walk, _ = walk_with(base=base)
+    assert statuses(walk) == [(n, ERROR) for n in ALL_NODES]
+    assert walk.path[0].note == f"torch.flags: {reason}; torch.flags.outside: {reason}"
+    assert walk.path[2].note == f"loop.steps: {reason}; stacks.sample: {reason}"
+    assert walk.path[4].note == f"torch.ops: {reason}"
+    assert all(r.measured == {} and r.probe is None for r in walk.path)
+    assert walk.verdict == INCONCLUSIVE
+    assert walk.departure is None
+    assert walk.inconclusive_reason == "no node could be measured on this target"
+
+
+def test_error_keeps_walking_and_a_later_pass_makes_it_clean(walk_with):
+    walk, _ = walk_with({"torch.flags": Measurement.cannot("torch.flags", "torch not imported"),
+                         "torch.flags.outside": Measurement.cannot("torch.flags.outside", "no py-spy")})
+    assert statuses(walk)[0] == ("env.debug-flags", ERROR)
+    assert [s for _, s in statuses(walk)[1:]] == [PASS] * 4
+    assert walk.verdict == CLEAN
+
+
+def test_first_option_error_second_option_decides(walk_with):
+    walk, _ = walk_with({"loop.steps": Measurement.cannot("loop.steps", "only 1 training steps in 6 s"),
+                         "stacks.sample": {"data_wait_fraction": 0.04, "startup_wait_fraction": 0.01}})
+    startup = walk.path[1]
+    assert startup.status == PASS and startup.probe == "stacks.sample"
+    assert startup.note == "loop.steps: only 1 training steps in 6 s"
+    assert startup.seconds == 0.25  # the failed option cost 0 s here, the stacks one 0.25 s
+
+
+def test_missing_value_in_every_option_is_an_error_with_the_reason(walk_with):
+    walk, _ = walk_with({"loop.steps": {"data_wait_fraction": None},
+                         "stacks.sample": {"data_wait_fraction": None}})
+    data_wait = walk.path[2]
+    assert data_wait.status == ERROR
+    assert data_wait.note == ("loop.steps: no value for data_wait_fraction (not measured for this target); "
+                              "stacks.sample: no value for data_wait_fraction (not measured for this target)")
+    assert data_wait.seconds == 0.5
+    assert walk.verdict == CLEAN  # the walk went on (error follows the pass edge) and later nodes passed
+
+
+def test_departure_whose_cause_node_errors_is_inconclusive(walk_with):
+    walk, _ = walk_with({"loop.steps": {"data_wait_fraction": 0.9},
+                         "stacks.sample": Measurement.cannot("stacks.sample", "ptrace not permitted"),
+                         "process.cpu": Measurement.cannot("process.cpu", "the target exited")})
+    assert statuses(walk)[-1] == ("input.producer", ERROR)
+    assert walk.finished
+    assert walk.verdict == INCONCLUSIVE and walk.departure is None
+    assert walk.inconclusive_reason.startswith("input.producer could not decide the cause: ")
+    assert "ptrace not permitted" in walk.inconclusive_reason
+
+
+def test_skip_then_error_is_an_error_with_both_reasons(walk_with):
+    walk, _ = walk_with({"torch.flags.outside": Measurement.cannot("torch.flags.outside", "access denied")},
+                        caps=ATTACH)
+    flags = walk.path[0]
+    assert flags.status == ERROR
+    assert flags.note.startswith("torch.flags needs the in-process agent")
+    assert flags.note.endswith("; torch.flags.outside: access denied")
+
+
+# --- (f) debug flags ---------------------------------------------------------------------------------
+
+def test_debug_flags_on_is_host_debug_mode(walk_with):
+    walk, fake = walk_with({"torch.flags": {"anomaly_detection": True, "debug_switches_on": 1,
+                                            "debug_switches": "anomaly_detection"}})
+    assert statuses(walk) == [("env.debug-flags", DEPART)]
+    assert fake.calls == ["torch.flags"]
+    d = walk.departure
+    assert d.node == "env.debug-flags" and d.cause.id == "host.debug_mode"
+    assert d.measured == {"anomaly_detection": True, "autograd_profiler": False, "sync_debug_on": False,
+                          "cuda_launch_blocking": False}
+    assert d.summary == "Debug switches on in the training process: anomaly_detection. Every step pays for them."
+    assert d.evidence == {"env.debug-flags": {"from": "fake torch.flags"}}
+
+
+def test_debug_flags_from_outside_anomaly_stacks(walk_with):
+    walk, _ = walk_with({"torch.flags.outside": {"anomaly_trace_fraction": 0.4}}, caps=ATTACH)
+    assert walk.departure.cause.id == "host.debug_mode"
+    assert walk.departure.measured["anomaly_trace_fraction"] == 0.4
+
+
+# --- edge summaries and robustness ------------------------------------------------------------------
+
+EDGE_SUMMARY = """\
+id: edge-summary
+title: Edge summary
+purpose: An edge that overrides its cause's summary.
+start: wait
+nodes:
+  - id: wait
+    question: Does it wait?
+    why: Waiting is idle time for the device.
+    measure:
+      - probe: stacks.sample
+        expect:
+          data_wait_fraction: {below: 0.1}
+    pass: kind
+    depart: {cause: input.waiting, summary: "waits {data_wait_fraction:.0%}, io {io_fraction:.0%}, {nothing}"}
+  - id: kind
+    question: What kind?
+    why: The kind decides the fix.
+    measure:
+      - probe: stacks.sample
+        expect:
+          producer: {below: 0.5}
+    pass: {cause: input.waiting}
+    depart: {cause: input.cpu_bound}
+"""
+
+
+def test_edge_summary_overrides_the_cause_summary(tmp_path):
+    path = tmp_path / "edge-summary.yaml"
+    path.write_text(EDGE_SUMMARY, encoding="utf-8")
+    pb = load_playbook(path)
+    values = healthy_values()
+    values["stacks.sample"].update(data_wait_fraction=0.42, io_fraction=0.07)
+    walk = Walk(pb, lambda: set(ATTACH), FakeMeasure(values))
+    walk.run()
+    assert walk.departure.cause.id == "input.waiting"
+    assert walk.departure.summary == "waits 42%, io 7%, n/a"
+
+
+def test_a_value_of_the_wrong_type_is_an_error_not_a_crash(tmp_path):
+    path = tmp_path / "edge-summary.yaml"
+    path.write_text(EDGE_SUMMARY, encoding="utf-8")
+    pb = load_playbook(path)
+    values = healthy_values()  # data_wait_fraction 0.03 passes; then `producer: {below: 0.5}` meets "workers"
+    walk = Walk(pb, lambda: set(ATTACH), FakeMeasure(values))
+    walk.run()
+    assert walk.path[-1].node == "kind" and walk.path[-1].status == ERROR
+
+
+# --- ProbeRunner ---------------------------------------------------------------------------------------
+
+@register
+class CountingProbe(Probe):
+    id = "test.unit.counting"
+    title = "Counts its runs (unit tests)"
+    params = {"k": 1}
+    values = {"n": "", "k": ""}
+    runs = 0
+
+    def run(self, ctx: ProbeContext, k: int = 1) -> Measurement:
+        type(self).runs += 1
+        return self.measurement(values={"n": type(self).runs, "k": k}, seconds=0.5, provenance="counter")
+
+
+@register
+class NestedProbe(Probe):
+    id = "test.unit.nested"
+    title = "Measures the counting probe through the walk's cache (unit tests)"
+    values = {"inner_n": "", "inner_reused": ""}
+
+    def run(self, ctx: ProbeContext) -> Measurement:
+        inner = ctx.measure("test.unit.counting", {})
+        return self.measurement(values={"inner_n": inner.values["n"], "inner_reused": inner.reused})
+
+
+@register
+class BrokenProbe(Probe):
+    id = "test.unit.broken"
+    title = "Raises (unit tests)"
+    values = {"n": ""}
+    runs = 0
+
+    def run(self, ctx: ProbeContext) -> Measurement:
+        type(self).runs += 1
+        raise RuntimeError("boom")
+
+
+@register
+class ZeroSecondsProbe(Probe):
+    id = "test.unit.zero"
+    title = "Reports no duration of its own (unit tests)"
+    values = {"n": ""}
+
+    def run(self, ctx: ProbeContext) -> Measurement:
+        return self.measurement(values={"n": 1})
+
+
+class FakeTarget:
+    kind = "local"
+    pid = None
+    agent = None
+
+    def __init__(self, alive: bool = True):
+        self._alive = alive
+
+    def alive(self) -> bool:
+        return self._alive
+
+    def gone_reason(self) -> str:
+        return "the target exited (status 1) mid-probe"
+
+    def capabilities(self) -> set[str]:
+        return set()
+
+
+class FakeClock:
+    def __init__(self, step: float):
+        self.now, self.step = 100.0, step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+@pytest.fixture
+def runner() -> ProbeRunner:
+    CountingProbe.runs = 0
+    BrokenProbe.runs = 0
+    return ProbeRunner(FakeTarget(), budget=100.0)
+
+
+def test_same_probe_and_params_runs_once_and_is_reused(runner):
+    first = runner.measure_probe("test.unit.counting", {"k": 2})
+    second = runner.measure_probe("test.unit.counting", {"k": 2})
+    assert CountingProbe.runs == 1
+    assert first.values == {"n": 1, "k": 2} and first.reused is False and first.seconds == 0.5
+    assert second.values == {"n": 1, "k": 2}
+    assert second.reused is True and second.seconds == 0.0
+    assert first.reused is False  # the cached measurement itself is not changed
+
+
+def test_different_params_measure_again(runner):
+    runner.measure_probe("test.unit.counting", {"k": 2})
+    other = runner.measure_probe("test.unit.counting", {"k": 3})
+    assert CountingProbe.runs == 2 and other.reused is False and other.values["k"] == 3
+
+
+def test_defaults_fill_missing_params(runner):
+    m = runner.measure_probe("test.unit.counting", {})
+    assert m.values["k"] == 1
+
+
+def test_call_with_a_measure_option(runner):
+    option = MeasureOption(probe="test.unit.counting", params={"k": 5},
+                           expect=parse_expectation({"n": {"below": 10}}))
+    assert runner(option).values == {"n": 1, "k": 5}
+    assert runner(option).reused is True
+    assert CountingProbe.runs == 1
+
+
+def test_forget_one_probe_or_all(runner):
+    runner.measure_probe("test.unit.counting", {})
+    runner.measure_probe("test.unit.zero", {})
+    runner.forget("test.unit.counting")
+    assert [k[0] for k in runner.cache] == ["test.unit.zero"]
+    assert runner.measure_probe("test.unit.counting", {}).reused is False
+    assert CountingProbe.runs == 2
+    runner.forget()
+    assert runner.cache == {}
+
+
+def test_nested_measure_goes_through_the_cache(runner):
+    runner.measure_probe("test.unit.counting", {})
+    outer = runner.measure_probe("test.unit.nested", {})
+    assert outer.values == {"inner_n": 1, "inner_reused": True}
+    assert CountingProbe.runs == 1
+
+
+def test_a_probe_that_raises_becomes_a_reading_with_the_reason(runner):
+    m = runner.measure_probe("test.unit.broken", {})
+    assert not m.ok
+    assert m.unavailable == "probe failed: RuntimeError: boom"
+    again = runner.measure_probe("test.unit.broken", {})
+    assert again.reused is True and BrokenProbe.runs == 1  # a failure is cached too (not cancelled)
+
+
+def test_failures_are_not_cached_once_cancelled(runner):
+    runner.cancelled.set()
+    runner.measure_probe("test.unit.broken", {})
+    runner.measure_probe("test.unit.broken", {})
+    assert BrokenProbe.runs == 2
+
+
+def test_unknown_probe_and_dead_target(runner):
+    assert runner.measure_probe("test.unit.nope", {}).unavailable == "unknown probe test.unit.nope"
+    dead = ProbeRunner(FakeTarget(alive=False), budget=100.0)
+    m = dead.measure_probe("test.unit.counting", {})
+    assert m.unavailable == "the target exited (status 1) mid-probe"
+    assert CountingProbe.runs == 0
+
+
+def test_budget_is_charged_and_enforced(runner):
+    runner.budget = 3.0
+    runner._time = FakeClock(step=2.0)  # each probe run takes 2 s by this clock
+    zero = runner.measure_probe("test.unit.zero", {})
+    assert zero.seconds == 2.0  # a probe that reports no duration gets the elapsed time
+    assert runner.spent == 2.0
+    runner.measure_probe("test.unit.counting", {})
+    assert runner.spent == 4.0
+    late = runner.measure_probe("test.unit.counting", {"k": 9})
+    assert late.unavailable == "the measurement budget (3 s) is spent"
+    assert CountingProbe.runs == 1
+    # cached results are still served after the budget is spent
+    assert runner.measure_probe("test.unit.zero", {}).reused is True
+
+
+def test_a_nested_measurement_is_charged_once(runner):
+    runner._time = FakeClock(step=2.0)  # outer start 102, inner 104..106, outer end 108
+    outer = runner.measure_probe("test.unit.nested", {})
+    assert outer.values == {"inner_n": 1, "inner_reused": False}
+    assert runner.spent == 6.0  # the outer run's 6 s, not 6 + the inner 2
+    assert runner.measure_probe("test.unit.counting", {}).reused is True
+
+
+def _node(probe: str, expect: dict[str, Any]) -> Node:
+    return Node(id="t.node", question="q?", why="w", measure=(MeasureOption(probe, {}, parse_expectation(expect)),),
+                on_pass=Edge("leaf", "device.compute_bound"), on_depart=Edge("cause", "input.waiting"))
+
+
+def test_judge_notes_a_reused_measurement(runner):
+    node = _node("test.unit.counting", {"n": {"below": 5}})
+    first = judge(node, set(), runner)
+    second = judge(node, set(), runner)
+    assert first.status == PASS and first.note == "" and first.seconds == 0.5
+    assert second.status == PASS and second.seconds == 0.0
+    assert second.note == "reused the test.unit.counting measurement taken for an earlier node"
+    assert second.measurement.reused is True
+
+
+def test_judge_depart_carries_the_measurement(runner):
+    node = _node("test.unit.counting", {"n": {"above": 5}})
+    result = judge(node, set(), runner)
+    assert result.status == DEPART and result.measured == {"n": 1} and result.expected == "n > 5"
+    assert result.to_json() == {"node": "t.node", "status": "depart", "measured": {"n": 1}, "expected": "n > 5",
+                                "probe": "test.unit.counting", "seconds": 0.5, "note": ""}
+
+
+def test_registry_rejects_a_second_class_with_the_same_id():
+    class Impostor(Probe):
+        id = "test.unit.counting"
+        title = "x"
+
+    with pytest.raises(ValueError, match="registered twice"):
+        register(Impostor)
+    assert registry.get("test.unit.counting") is CountingProbe
+    assert register(CountingProbe) is CountingProbe  # re-registering the same class is fine
+
+
+def test_every_builtin_probe_declares_its_metadata():
+    builtin = [pid for pid in registry.ids() if not pid.startswith("test.")]
+    assert {"env.versions", "torch.flags", "torch.flags.outside", "loop.steps", "stacks.sample", "process.cpu",
+            "torch.ops", "gpu.devices"} <= set(builtin)
+    for pid in builtin:
+        cls = registry.get(pid)
+        assert cls.id == pid and cls.title and cls.values
+        assert cls.needs <= {"process", "agent", "gpu"}

@@ -1,0 +1,351 @@
+"""Findings from a walk, the JSON contract, the Markdown/HTML renderers, and redaction of secrets."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fg_fakes import healthy_values
+
+from fieldguide import __version__
+from fieldguide.measurement import Measurement
+from fieldguide.report import (
+    Findings,
+    findings_from_walk,
+    render,
+    to_html,
+    to_markdown,
+    write_report,
+)
+from fieldguide.report.findings import environment_from
+from fieldguide.report.redact import (
+    REDACTED,
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_text,
+    redact_tree,
+)
+from fieldguide.report.render import format_for
+
+HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123"
+SECRETS = ["tok-s3cr3t-abc", "XYZ-api-789", HF, "hunter2pass", "pa55word-log", "wandbsecretvalue", "k3y-from-env"]
+CMDLINE = ["python", "train.py", "--lr", "0.1", "--token", "tok-s3cr3t-abc", "--api-key=XYZ-api-789",
+           f"HF_TOKEN={HF}", "--db", "postgres://trainer:hunter2pass@db.example.com:5432/runs", "--note=<b>x</b>"]
+LOG_TAIL = ["epoch 0 step 10 loss 0.52", f"logging in with {HF}", "db password=pa55word-log",
+            "export WANDB_API_KEY=wandbsecretvalue"]
+TARGET = {"kind": "launch", "pid": 1234, "cmdline": CMDLINE}
+
+STATUSES = {"pass", "depart", "skip", "error"}
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.setenv("HF_TOKEN", "k3y-from-env")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    return environment_from({"python": "3.11.7", "torch": "2.13.0", "cuda": None, "cpu_cores": 8, "nvml": "ok"}, [])
+
+
+@pytest.fixture
+def departure(walk_with, env) -> Findings:
+    walk, _ = walk_with({"loop.steps": {"data_wait_fraction": 0.8},
+                         "stacks.sample": {"producer_cpu_fraction": 0.1}})
+    return findings_from_walk(walk, TARGET, env, log_tail=LOG_TAIL)
+
+
+@pytest.fixture
+def clean(walk_with, env) -> Findings:
+    walk, _ = walk_with()
+    return findings_from_walk(walk, TARGET, env)
+
+
+def check_contract(data: dict[str, Any]) -> None:
+    """Every CONTRACT.md minimum field, with its type."""
+    assert data["fieldguide_version"] == __version__ == "0.1.0"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["created"])
+    datetime.strptime(data["created"], "%Y-%m-%dT%H:%M:%SZ")
+    assert data["playbook"] == "slow-training"
+    target = data["target"]
+    assert target["kind"] in {"launch", "attach", "local"}
+    assert isinstance(target["pid"], int)
+    assert isinstance(target["cmdline"], list) and all(isinstance(a, str) for a in target["cmdline"])
+    env = data["environment"]
+    for key in ("python", "torch", "cuda", "gpus"):
+        assert key in env
+    assert isinstance(env["python"], str) and isinstance(env["torch"], str)
+    assert env["cuda"] is None or isinstance(env["cuda"], str)
+    assert isinstance(env["gpus"], list)
+    assert data["verdict"] in {"departure", "clean", "inconclusive"}
+    dep = data["first_departure"]
+    if data["verdict"] == "departure":
+        assert isinstance(dep, dict)
+        for key in ("node", "cause", "title", "expected", "summary", "verify"):
+            assert isinstance(dep[key], str) and dep[key], key
+        assert isinstance(dep["measured"], dict)
+        assert isinstance(dep["fix"], list) and dep["fix"] and all(isinstance(s, str) for s in dep["fix"])
+        assert data["conclusion"] is None
+    else:
+        assert dep is None
+    assert data["conclusion"] is None or isinstance(data["conclusion"], str)
+    assert isinstance(data["path"], list) and data["path"]
+    for step in data["path"]:
+        assert set(step) >= {"node", "status", "measured", "expected", "probe", "seconds", "note"}
+        assert isinstance(step["node"], str) and step["status"] in STATUSES
+        assert isinstance(step["measured"], dict) and isinstance(step["expected"], str)
+        assert step["probe"] is None or isinstance(step["probe"], str)
+        assert isinstance(step["seconds"], (int, float)) and not isinstance(step["seconds"], bool)
+        assert isinstance(step["note"], str)
+
+
+# --- JSON ----------------------------------------------------------------------------------------------
+
+def test_departure_json_has_every_contract_field(departure):
+    data = json.loads(render(departure, "json"))
+    check_contract(data)
+    assert data["verdict"] == "departure"
+    dep = data["first_departure"]
+    assert dep["node"] == "input.data-wait"
+    assert dep["cause"] == "input.waiting"
+    assert dep["title"] == "The training loop waits for its next batch, and producing a batch is mostly waiting"
+    assert dep["measured"] == {"data_wait_fraction": 0.8, "producer_cpu_fraction": 0.1}
+    assert dep["expected"] == "data_wait_fraction < 0.1 ; producer_cpu_fraction < 0.5"
+    assert dep["summary"].startswith("80% of each step")
+    assert [s["node"] for s in data["path"]] == ["env.debug-flags", "input.worker-startup", "input.data-wait",
+                                                 "input.producer"]
+    assert [s["status"] for s in data["path"]] == ["pass", "pass", "depart", "pass"]
+    assert data["path"][2] == {"node": "input.data-wait", "status": "depart", "measured": {"data_wait_fraction": 0.8},
+                               "expected": "data_wait_fraction < 0.1", "probe": "loop.steps", "seconds": 0.25,
+                               "note": ""}
+    assert data["environment"]["python"] == "3.11.7" and data["environment"]["cuda"] is None
+    assert data["target"]["pid"] == 1234
+    assert data["units"]["data_wait_fraction"] == "fraction"
+    assert data["evidence"]["input.data-wait"]["probe"] == "loop.steps"
+
+
+def test_clean_json(clean):
+    data = clean.to_json()
+    check_contract(data)
+    assert data["verdict"] == "clean"
+    assert data["first_departure"] is None
+    assert data["conclusion"] == "device.compute_bound"
+    assert data["conclusion_text"].startswith("Steps are spent computing")
+    assert [s["status"] for s in data["path"]] == ["pass"] * 5
+
+
+def test_inconclusive_findings_carry_the_reason(walk_with, env):
+    base = {p: Measurement.cannot(p, "no agent") for p in healthy_values()}
+    walk, _ = walk_with(base=base)
+    findings = findings_from_walk(walk, TARGET, env)
+    data = findings.to_json()
+    check_contract(data)
+    assert data["verdict"] == "inconclusive"
+    assert data["conclusion"] is None and data["first_departure"] is None
+    assert data["note"] == "no node could be measured on this target"
+    assert all(s["status"] == "error" and s["note"] for s in data["path"])
+
+
+def test_a_given_note_wins_over_the_inconclusive_reason(walk_with, env):
+    walk, _ = walk_with(base={p: Measurement.cannot(p, "x") for p in healthy_values()})
+    findings = findings_from_walk(walk, TARGET, env, note="interrupted by the user")
+    assert findings.note == "interrupted by the user"
+
+
+def test_from_json_round_trips(departure):
+    data = departure.to_json()
+    again = Findings.from_json(json.loads(json.dumps(data)))
+    assert again.to_json() == data
+    assert again.verdict == "departure" and again.first_departure["cause"] == "input.waiting"
+
+
+def test_rendering_a_saved_report_matches_rendering_the_findings(departure):
+    again = Findings.from_json(departure.to_json())
+    assert again.playbook_title == "Slow training"
+    assert to_markdown(again) == to_markdown(departure)
+
+
+# --- Markdown and HTML ----------------------------------------------------------------------------------
+
+def test_markdown_has_cause_summary_and_fix_code(departure):
+    md = to_markdown(departure)
+    assert md.startswith("# fieldguide report: Slow training\n")
+    assert "## Verdict: Departure found" in md
+    assert "Cause `input.waiting` at node `input.data-wait`." in md
+    assert departure.first_departure["summary"] in md
+    assert "```python" in md and "num_workers=8" in md
+    assert "| data_wait_fraction | 80% |" in md
+    assert "| input.data-wait | ✗ depart | data_wait_fraction=80% | `data_wait_fraction < 0.1` | loop.steps |" in md
+    assert "**Verify.** " in md
+    assert "## Target output (last lines)" in md
+
+
+def test_markdown_clean(clean):
+    md = to_markdown(clean)
+    assert "## Verdict: Clean" in md
+    assert "Healthy leaf `device.compute_bound`" in md
+
+
+def test_markdown_escapes_pipes_in_notes(walk_with, env):
+    walk, _ = walk_with({"torch.flags": Measurement.cannot("torch.flags", "a|b")})
+    md = to_markdown(findings_from_walk(walk, TARGET, env))
+    assert "a\\|b" in md
+
+
+def test_html_has_cause_summary_fix_code_and_escapes(departure):
+    page = to_html(departure)
+    assert page.startswith("<!doctype html>")
+    assert "<code>input.waiting</code>" in page
+    assert f"<p>{departure.first_departure['summary']}</p>" in page
+    assert "<pre><code>loader = DataLoader(ds, batch_size=64, num_workers=8," in page
+    assert "data_wait_fraction &lt; 0.1" in page and "data_wait_fraction < 0.1" not in page
+    assert "--note=&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
+    assert page.rstrip().endswith("</body></html>")
+
+
+def test_write_report_picks_the_format_from_the_suffix(departure, tmp_path):
+    j = write_report(departure, tmp_path / "out" / "r.json")
+    assert json.loads(j.read_text())["first_departure"]["cause"] == "input.waiting"
+    assert write_report(departure, tmp_path / "r.md").read_text().startswith("# fieldguide report")
+    assert write_report(departure, tmp_path / "r.markdown").read_text().startswith("# fieldguide report")
+    assert write_report(departure, tmp_path / "r.html").read_text().startswith("<!doctype html>")
+    assert write_report(departure, tmp_path / "r.htm").read_text().startswith("<!doctype html>")
+    json.loads(write_report(departure, tmp_path / "r.txt").read_text())  # unknown suffix: JSON
+    assert write_report(departure, tmp_path / "x.json", "html").read_text().startswith("<!doctype html>")
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_format_for_and_unknown_format(departure):
+    assert format_for(Path("a.HTML"), None) == "html"
+    assert format_for(Path("a.md"), "json") == "json"
+    with pytest.raises(ValueError, match="unknown report format 'pdf'"):
+        render(departure, "pdf")
+
+
+def test_rich_summary_renders_the_departure(departure):
+    from rich.console import Console
+
+    from fieldguide.report.summary import summary_renderable
+
+    console = Console(record=True, width=120, color_system=None)
+    console.print(summary_renderable(departure))
+    text = console.export_text()
+    assert "input.waiting" in text and "80% of each step" in text and "input.data-wait" in text
+
+
+# --- redaction -----------------------------------------------------------------------------------------
+
+def test_redact_argv():
+    assert redact_argv(CMDLINE) == [
+        "python", "train.py", "--lr", "0.1", "--token", REDACTED, f"--api-key={REDACTED}", f"HF_TOKEN={REDACTED}",
+        "--db", f"postgres://trainer:{REDACTED}@db.example.com:5432/runs", "--note=<b>x</b>"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--password", "hunter2"], ["--secret-key", "abc"], ["--auth-token", "abc"], ["--api_key", "abc"],
+    ["--private-key", "abc"], ["--access-token", "abc"],
+])
+def test_redact_argv_secret_flags(argv):
+    assert redact_argv(argv) == [argv[0], REDACTED]
+
+
+@pytest.mark.parametrize("arg", ["--hf-token=abc", "--password=x", "DB_PASSWORD=x", "--wandb_api_key=abc"])
+def test_redact_argv_secret_assignments(arg):
+    name = arg.partition("=")[0]
+    assert redact_argv([arg]) == [f"{name}={REDACTED}"]
+
+
+def test_ordinary_args_are_untouched():
+    argv = ["python", "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--lr", "0.1",
+            "--batch-size", "64", "--epochs=3", "--data", "/data/imagenet", "--url", "https://example.com/x"]
+    assert redact_argv(argv) == argv
+
+
+def test_redact_argv_dash_key_flag():
+    assert redact_argv(["--wandb-key", "abc123"]) == ["--wandb-key", REDACTED]
+
+
+@pytest.mark.parametrize(("line", "secret"), [
+    (f"logging in with {HF}", HF),
+    ("password=pa55word", "pa55word"),
+    ("api_key: abc123def", "abc123def"),
+    ("export WANDB_API_KEY=wandbsecret", "wandbsecret"),
+    ('token = "quoted secret"', "quoted secret"),
+    ("fetch https://bob:s3cr3t@example.com/data failed", "s3cr3t"),
+    ("key sk-abcdefghijklmnopqrstuvwxyz used", "sk-abcdefghijklmnopqrstuvwxyz"),
+    ("AWS key AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    ("gh token ghp_abcdefghijklmnopqrstuvwx", "ghp_abcdefghijklmnopqrstuvwx"),
+])
+def test_redact_text(line, secret):
+    out = redact_text(line)
+    assert secret not in out and REDACTED in out
+
+
+def test_redact_text_keeps_ordinary_log_lines():
+    for line in ["epoch 3 step 120 loss 0.4211 lr 0.001", "Saved checkpoint to /ckpt/model_0003.pt",
+                 "https://download.pytorch.org/whl/cpu", "tokens/s: 1200"]:
+        assert redact_text(line) == line
+
+
+def test_redact_env():
+    env = {"WANDB_API_KEY": "w", "AWS_SECRET_ACCESS_KEY": "s", "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
+           "HF_TOKEN": "t", "GITHUB_TOKEN": "g", "DB_PASSWORD": "p", "CUDA_VISIBLE_DEVICES": "0,1",
+           "OMP_NUM_THREADS": "4", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    out = redact_env(env)
+    for name in ("WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "HF_TOKEN", "GITHUB_TOKEN",
+                 "DB_PASSWORD"):
+        assert out[name] == REDACTED, name
+    assert out["CUDA_VISIBLE_DEVICES"] == "0,1" and out["OMP_NUM_THREADS"] == "4"
+    assert out["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("WANDB_API_KEY", True), ("AWS_SECRET_ACCESS_KEY", True), ("HF_TOKEN", True), ("MY_PASSWD", True),
+    ("credentials_file", True), ("CUDA_VISIBLE_DEVICES", False), ("lr", False), ("batch-size", False),
+    ("autograd_profiler", False), ("data_wait_fraction", False),
+])
+def test_is_secret_name(name, secret):
+    assert is_secret_name(name) is secret
+
+
+def test_redact_tree():
+    tree = {"password": "x", "nested": [{"api_key": "y", "count": 3}, f"line with {HF}"], "token_count": 5}
+    assert redact_tree(tree) == {"password": REDACTED, "nested": [{"api_key": REDACTED, "count": 3},
+                                                                  f"line with {REDACTED}"], "token_count": 5}
+
+
+def test_environment_variables_in_the_report_are_redacted(env):
+    assert env["variables"]["HF_TOKEN"] == REDACTED
+    assert env["variables"]["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+@pytest.mark.parametrize("fmt", ["json", "md", "html"])
+def test_no_secret_reaches_any_report_format(departure, fmt):
+    text = render(departure, fmt)
+    for secret in SECRETS:
+        assert secret not in text, (fmt, secret)
+    assert "train.py" in text and "--lr" in text
+
+
+def test_report_keeps_the_harmless_parts_of_the_cmdline_and_log(departure):
+    data = departure.to_json()
+    assert data["target"]["cmdline"][:4] == ["python", "train.py", "--lr", "0.1"]
+    assert data["log_tail"][0] == "epoch 0 step 10 loss 0.52"
+    assert data["log_tail"][1] == f"logging in with {REDACTED}"
+
+
+def test_redaction_does_not_mangle_the_field_guide(slow_training):
+    for cause in slow_training.causes.values():
+        for text in (cause.title, cause.summary, cause.why, cause.verify, *cause.fix):
+            assert redact_text(text) == text, cause.id
+    for node in slow_training.nodes.values():
+        assert redact_text(node.why) == node.why and redact_text(node.question) == node.question
+
+
+def test_report_fix_steps_are_the_cause_pages_verbatim(departure, slow_training):
+    data = departure.to_json()
+    cause = slow_training.causes["input.waiting"]
+    assert data["first_departure"]["fix"] == list(cause.fix)
+    assert data["first_departure"]["verify"] == cause.verify

@@ -1,0 +1,363 @@
+"""Classifying py-spy stacks, and parse_raw + stack_values end to end on hand-built raw lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from fieldguide.probes.stackclass import (
+    ANOMALY,
+    BACKWARD,
+    DATA_WAIT,
+    FORWARD,
+    IO,
+    OPTIMIZER,
+    OTHER,
+    PRODUCE,
+    PROFILER,
+    STARTUP,
+    WORKER_IDLE,
+    classify_main,
+    classify_worker,
+    summarize,
+)
+from fieldguide.probes.stacks import MIN_PRODUCE_SAMPLES, parse_raw, stack_values
+
+MAIN_PID = 100
+PROC = f'process {MAIN_PID}:"python train.py"'
+
+# Frames as py-spy's raw format writes them: `function (file:line)`, root first.
+MODULE = "<module> (train.py:10)"
+NEXT = "_BaseDataLoaderIter.__next__ (torch/utils/data/dataloader.py:725)"
+MP_NEXT_DATA = "_MultiProcessingDataLoaderIter._next_data (torch/utils/data/dataloader.py:1458)"
+SP_NEXT_DATA = "_SingleProcessDataLoaderIter._next_data (torch/utils/data/dataloader.py:764)"
+WAIT_FOR_BATCH = [NEXT, MP_NEXT_DATA,
+                  "_MultiProcessingDataLoaderIter._get_data (torch/utils/data/dataloader.py:1410)",
+                  "_MultiProcessingDataLoaderIter._try_get_data (torch/utils/data/dataloader.py:1243)",
+                  "Queue.get (multiprocessing/queues.py:113)", "Connection.poll (multiprocessing/connection.py:257)",
+                  "wait (multiprocessing/connection.py:1136)", "BaseSelector.select (selectors.py:415)"]
+PRODUCE_IN_MAIN = [NEXT, SP_NEXT_DATA,
+                   "_MapDatasetFetcher.fetch (torch/utils/data/_utils/fetch.py:52)",
+                   "<listcomp> (torch/utils/data/_utils/fetch.py:52)",
+                   "DecodeDataset.__getitem__ (train.py:31)", "decode (train.py:22)"]
+STARTUP_MAIN = ["DataLoader.__iter__ (torch/utils/data/dataloader.py:491)",
+                "DataLoader._get_iterator (torch/utils/data/dataloader.py:422)",
+                "_MultiProcessingDataLoaderIter.__init__ (torch/utils/data/dataloader.py:1146)",
+                "BaseProcess.start (multiprocessing/process.py:121)",
+                "Popen.__init__ (multiprocessing/popen_fork.py:19)"]
+SAVE = ["train (train.py:60)", "save (torch/serialization.py:944)",
+        "_save (torch/serialization.py:1200)", "Pickler.dump (pickle.py:487)"]
+FORWARD_STACK = ["Module._wrapped_call_impl (torch/nn/modules/module.py:1736)",
+                 "Module._call_impl (torch/nn/modules/module.py:1747)", "Net.forward (train.py:40)",
+                 "Module._wrapped_call_impl (torch/nn/modules/module.py:1736)",
+                 "Module._call_impl (torch/nn/modules/module.py:1747)",
+                 "Linear.forward (torch/nn/modules/linear.py:125)"]
+ANOMALY_STACK = FORWARD_STACK + ["format_stack (traceback.py:213)", "extract_stack (traceback.py:227)",
+                                 "StackSummary.extract (traceback.py:383)", "getline (linecache.py:30)"]
+BACKWARD_STACK = ["Tensor.backward (torch/_tensor.py:581)", "backward (torch/autograd/__init__.py:347)",
+                  "_engine_run_backward (torch/autograd/graph.py:825)"]
+OPTIMIZER_STACK = ["wrapper (torch/optim/optimizer.py:487)", "_use_grad (torch/optim/optimizer.py:91)",
+                   "SGD.step (torch/optim/sgd.py:123)", "sgd (torch/optim/sgd.py:298)"]
+PROFILER_STACK = ["record_function.__enter__ (torch/autograd/profiler.py:750)"]
+
+# A forked worker still shows the parent's frames down to the fork.
+FORK = [MODULE, *STARTUP_MAIN[:4], "Popen.__init__ (multiprocessing/popen_fork.py:19)",
+        "Popen._launch (multiprocessing/popen_fork.py:71)",
+        "BaseProcess._bootstrap (multiprocessing/process.py:314)",
+        "BaseProcess.run (multiprocessing/process.py:108)",
+        "_worker_loop (torch/utils/data/_utils/worker.py:349)"]
+WORKER_PRODUCE = ["_MapDatasetFetcher.fetch (torch/utils/data/_utils/fetch.py:52)",
+                  "<listcomp> (torch/utils/data/_utils/fetch.py:52)", "RemoteDataset.__getitem__ (train.py:31)",
+                  "sleep (time.py:1)"]
+WORKER_IDLE_STACK = ["Queue.get (multiprocessing/queues.py:113)", "Connection.poll (multiprocessing/connection.py:257)"]
+WORKER_INIT = ["open_index (train.py:12)", "load (json/__init__.py:293)"]
+
+
+def frames(raw: list[str]) -> list[tuple[str, str]]:
+    """`func (file:line)` strings -> the (function, file) pairs the classifiers take."""
+    out = []
+    for text in raw:
+        func, _, rest = text.rpartition(" (")
+        out.append((func, rest.rstrip(")").rsplit(":", 1)[0]))
+    return out
+
+
+def main_line(stack: list[str], count: int, thread: str = "MainThread", tid: int = MAIN_PID) -> str:
+    return f"{PROC};thread ({tid}): {thread};" + ";".join([MODULE, *stack]) + f" {count}"
+
+
+def worker_line(pid: int, below_loop: list[str], count: int) -> str:
+    return (f'{PROC};process {pid}:"python train.py";thread ({pid}): MainThread;'
+            + ";".join([*FORK, *below_loop]) + f" {count}")
+
+
+# --- classify_main ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("stack", "category"), [
+    (WAIT_FOR_BATCH, DATA_WAIT),
+    (PRODUCE_IN_MAIN, PRODUCE),
+    ([NEXT, SP_NEXT_DATA, "_MapDatasetFetcher.fetch (torch/utils/data/_utils/fetch.py:54)",
+      "default_collate (torch/utils/data/_utils/collate.py:398)"], PRODUCE),
+    (STARTUP_MAIN, STARTUP),
+    (SAVE, IO),
+    (["log (train.py:70)", "dump (json/__init__.py:179)", "JSONEncoder.iterencode (json/encoder.py:432)"], IO),
+    (["post (train.py:70)", "HTTPConnection.request (http/client.py:1303)",
+      "socket.sendall (socket.py:1)"], IO),
+    (ANOMALY_STACK, ANOMALY),
+    (BACKWARD_STACK, BACKWARD),
+    (OPTIMIZER_STACK, OPTIMIZER),
+    (FORWARD_STACK, FORWARD),
+    (PROFILER_STACK, PROFILER),
+    (["main (train.py:80)", "sleep (time.py:1)"], OTHER),
+    ([], OTHER),
+])
+def test_classify_main(stack, category):
+    assert classify_main(frames([MODULE, *stack])) == category
+
+
+def test_full_paths_classify_the_same():
+    stack = [("<module>", "/home/u/train.py"),
+             ("_BaseDataLoaderIter.__next__", "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py"),
+             ("Queue.get", "/usr/lib/python3.11/multiprocessing/queues.py")]
+    assert classify_main(stack) == DATA_WAIT
+
+
+def test_traceback_outside_the_model_is_not_anomaly_mode():
+    # A user printing a traceback from the loop is not anomaly mode's per-op capture.
+    stack = frames([MODULE, "report (train.py:90)", "format_stack (traceback.py:213)"])
+    assert classify_main(stack) == OTHER
+
+
+def test_data_loader_frames_win_over_io_below_them():
+    # A dataset that reads files in the main process is producing a batch, not step-loop I/O.
+    stack = frames([MODULE, *PRODUCE_IN_MAIN, "load (pickle.py:1)"])
+    assert classify_main(stack) == PRODUCE
+
+
+def test_io_inside_backward_is_io():
+    stack = frames([MODULE, *BACKWARD_STACK, "hook (train.py:5)", "write (logging/__init__.py:1)"])
+    assert classify_main(stack) == IO
+
+
+def test_botorch_is_not_io():
+    stack = frames([MODULE, "fit_gpytorch_mll (botorch/fit.py:100)", "ExactGP.__call__ (gpytorch/models/exact_gp.py:1)"])
+    assert classify_main(stack) != IO
+
+
+# --- classify_worker -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("below", "category"), [
+    (WORKER_PRODUCE, PRODUCE),
+    (["default_collate (torch/utils/data/_utils/collate.py:398)"], PRODUCE),
+    (WORKER_IDLE_STACK, WORKER_IDLE),
+    (["Queue.get (queue.py:171)"], WORKER_IDLE),
+    (["Condition.wait (threading.py:320)"], WORKER_IDLE),
+    ([], WORKER_IDLE),
+    (WORKER_INIT, STARTUP),  # worker_init_fn: user code called straight from _worker_loop
+    (["_try_get (torch/utils/data/_utils/foo.py:1)"], WORKER_IDLE),
+    (["seed_all (torch/random.py:1)"], OTHER),
+])
+def test_classify_worker(below, category):
+    assert classify_worker(frames([*FORK, *below])) == category
+
+
+def test_worker_not_yet_in_its_loop_is_starting():
+    bootstrap = frames([*FORK[:-1], "_wrap (torch/multiprocessing/spawn.py:1)"])
+    assert classify_worker(bootstrap) == STARTUP
+
+
+def test_parent_frames_above_the_fork_do_not_matter():
+    # The parent was inside DataLoader.__iter__ at fork time; the worker is producing.
+    assert classify_main(frames(FORK)) == STARTUP
+    assert classify_worker(frames([*FORK, *WORKER_PRODUCE])) == PRODUCE
+
+
+# --- parse_raw -------------------------------------------------------------------------------------
+
+def test_parse_raw_main_line():
+    [s] = parse_raw(main_line(WAIT_FOR_BATCH[:2], 37), MAIN_PID)
+    assert s.pid == MAIN_PID and s.role == "main" and s.thread == "MainThread" and s.count == 37
+    assert s.stack == [("<module>", "train.py"), ("_BaseDataLoaderIter.__next__", "torch/utils/data/dataloader.py"),
+                       ("_MultiProcessingDataLoaderIter._next_data", "torch/utils/data/dataloader.py")]
+
+
+def test_parse_raw_worker_line():
+    [s] = parse_raw(worker_line(101, WORKER_IDLE_STACK, 12), MAIN_PID)
+    assert s.pid == 101 and s.role == "worker" and s.thread == "MainThread" and s.count == 12
+    assert s.stack[0] == ("<module>", "train.py")
+    assert s.stack[-1] == ("Connection.poll", "multiprocessing/connection.py")
+    assert ("_worker_loop", "torch/utils/data/_utils/worker.py") in s.stack
+
+
+def test_parse_raw_other_threads_blank_and_junk_lines():
+    text = "\n".join([
+        main_line(FORWARD_STACK, 5),
+        main_line(["Thread.run (threading.py:1)", "_pin_memory_loop (torch/utils/data/_utils/pin_memory.py:1)"],
+                  9, thread="Thread-1 (_pin_memory_loop)", tid=105),
+        "",
+        "py-spy> Sampling process 100 times a second",
+        main_line(BACKWARD_STACK, 0),
+    ])
+    samples = parse_raw(text, MAIN_PID)
+    assert [(s.thread, s.count) for s in samples] == [("MainThread", 5), ("Thread-1 (_pin_memory_loop)", 9),
+                                                      ("MainThread", 0)]
+
+
+def test_parse_raw_frame_without_a_file():
+    [s] = parse_raw(f"{PROC};thread (100): MainThread;<module> (train.py:1);native_thing 3", MAIN_PID)
+    assert s.stack == [("<module>", "train.py"), ("native_thing", "")]
+
+
+def test_parse_raw_without_process_prefix_is_the_main_pid():
+    [s] = parse_raw("thread (100): MainThread;<module> (train.py:1) 4", MAIN_PID)
+    assert s.pid == MAIN_PID and s.role == "main" and s.thread == "MainThread"
+
+
+@pytest.mark.parametrize("head", ["thread (0X7F3A2B1C0740): MainThread", f"thread ({MAIN_PID})"])
+def test_parse_raw_thread_heads_py_spy_also_writes(head):
+    text = f"{PROC};{head};" + ";".join([MODULE, *WAIT_FOR_BATCH]) + " 8"
+    [s] = parse_raw(text, MAIN_PID)
+    assert not s.stack[0][0].startswith("thread (")
+    values, _ = stack_values([s], [])
+    assert values["samples"] == 8
+
+
+# --- stack_values end to end -------------------------------------------------------------------------
+
+def starved_by_workers() -> tuple[str, str]:
+    """Main waits 80/100 samples; 2 workers produce 60/80 samples, 54 of them on the CPU."""
+    all_text = "\n".join([
+        main_line(WAIT_FOR_BATCH, 80),
+        main_line(FORWARD_STACK, 12),
+        main_line(BACKWARD_STACK, 8),
+        worker_line(101, WORKER_PRODUCE, 30),
+        worker_line(102, WORKER_PRODUCE, 30),
+        worker_line(101, WORKER_IDLE_STACK, 10),
+        worker_line(102, WORKER_IDLE_STACK, 10),
+        main_line(["Thread.run (threading.py:1)"], 50, thread="Thread-1 (_pin_memory_loop)", tid=105),
+    ])
+    active_text = "\n".join([
+        main_line(WAIT_FOR_BATCH, 2),
+        main_line(FORWARD_STACK, 12),
+        main_line(BACKWARD_STACK, 8),
+        worker_line(101, WORKER_PRODUCE, 27),
+        worker_line(102, WORKER_PRODUCE, 27),
+    ])
+    return all_text, active_text
+
+
+def values_of(all_text: str, active_text: str) -> dict:
+    values, _ = stack_values(parse_raw(all_text, MAIN_PID), parse_raw(active_text, MAIN_PID))
+    return values
+
+
+def test_stack_values_data_wait_with_cpu_bound_workers():
+    values = values_of(*starved_by_workers())
+    assert values["samples"] == 100
+    assert values["workers"] == 2
+    assert values["data_wait_fraction"] == pytest.approx(0.8)
+    assert values["producer"] == "workers"
+    assert values["producer_cpu_fraction"] == pytest.approx(0.9)
+    assert values["worker_busy_fraction"] == pytest.approx(0.75)
+    assert values["forward_fraction"] == pytest.approx(0.12)
+    assert values["backward_fraction"] == pytest.approx(0.08)
+    assert values["io_fraction"] == 0.0
+    assert values["blocked_other_fraction"] == 0.0
+    assert values["startup_wait_fraction"] == pytest.approx(0.0)
+    assert values["optimizer_fraction"] == 0.0
+
+
+def test_stack_values_waiting_workers_from_active_samples():
+    all_text, _ = starved_by_workers()
+    active_text = "\n".join([main_line(FORWARD_STACK, 12), worker_line(101, WORKER_PRODUCE, 3),
+                             worker_line(102, WORKER_PRODUCE, 3)])
+    values = values_of(all_text, active_text)
+    assert values["producer"] == "workers"
+    assert values["producer_cpu_fraction"] == pytest.approx(0.1)
+
+
+def test_stack_values_producing_in_the_main_process():
+    all_text = "\n".join([main_line(PRODUCE_IN_MAIN, 50), main_line(FORWARD_STACK, 30),
+                          main_line(OPTIMIZER_STACK, 20)])
+    active_text = "\n".join([main_line(PRODUCE_IN_MAIN, 45), main_line(FORWARD_STACK, 30)])
+    values = values_of(all_text, active_text)
+    assert values["workers"] == 0
+    assert values["producer"] == "main process"
+    assert values["producer_cpu_fraction"] == pytest.approx(0.9)
+    assert values["data_wait_fraction"] == pytest.approx(0.5)  # producing in main counts as waiting for data
+    assert values["worker_busy_fraction"] is None
+    assert values["optimizer_fraction"] == pytest.approx(0.2)
+
+
+def test_stack_values_producer_none_when_too_few_produce_samples():
+    all_text = "\n".join([main_line(PRODUCE_IN_MAIN, MIN_PRODUCE_SAMPLES - 1), main_line(FORWARD_STACK, 96)])
+    values = values_of(all_text, all_text)
+    assert values["producer"] is None
+    assert values["producer_cpu_fraction"] is None
+    assert values["data_wait_fraction"] == pytest.approx(0.04)
+
+
+def test_stack_values_producer_cpu_fraction_is_capped_at_one():
+    # The two samplers run independently: the on-CPU one can see a few more samples.
+    all_text = main_line(PRODUCE_IN_MAIN, 20)
+    active_text = main_line(PRODUCE_IN_MAIN, 23)
+    assert values_of(all_text, active_text)["producer_cpu_fraction"] == 1.0
+
+
+def test_stack_values_io_and_blocked_other():
+    all_text = "\n".join([main_line(SAVE, 30), main_line(["main (train.py:80)", "sleep (time.py:1)"], 20),
+                          main_line(FORWARD_STACK, 50)])
+    active_text = "\n".join([main_line(SAVE, 10), main_line(["main (train.py:80)", "sleep (time.py:1)"], 5),
+                             main_line(FORWARD_STACK, 50)])
+    values = values_of(all_text, active_text)
+    assert values["samples"] == 100
+    assert values["io_fraction"] == pytest.approx(0.3)
+    assert values["blocked_other_fraction"] == pytest.approx(0.15)
+    assert values["data_wait_fraction"] == 0.0
+
+
+def test_stack_values_anomaly_and_profiler_fractions():
+    all_text = "\n".join([main_line(ANOMALY_STACK, 40), main_line(PROFILER_STACK, 10), main_line(FORWARD_STACK, 50)])
+    values = values_of(all_text, all_text)
+    assert values["anomaly_trace_fraction"] == pytest.approx(0.4)
+    assert values["profiler_fraction"] == pytest.approx(0.1)
+
+
+def test_stack_values_worker_startup():
+    # Main: 20 samples creating the iterator, 40 waiting; workers: half of their samples in worker_init_fn.
+    all_text = "\n".join([main_line(STARTUP_MAIN, 20), main_line(WAIT_FOR_BATCH, 40), main_line(FORWARD_STACK, 40),
+                          worker_line(101, WORKER_INIT, 10), worker_line(101, WORKER_PRODUCE, 10)])
+    values = values_of(all_text, "")
+    # startup = main's own share + the data wait share times the workers' startup share
+    assert values["startup_wait_fraction"] == pytest.approx(0.2 + 0.4 * 0.5)
+    assert values["data_wait_fraction"] == pytest.approx(0.4)
+    assert values["producer"] == "workers" and values["producer_cpu_fraction"] == 0.0
+
+
+def test_stack_values_no_samples():
+    values, evidence = stack_values([], [])
+    assert values["samples"] == 0
+    assert values["data_wait_fraction"] is None and values["io_fraction"] is None
+    assert values["blocked_other_fraction"] is None and values["startup_wait_fraction"] is None
+    assert evidence["top_stacks"] == []
+
+
+def test_stack_values_evidence():
+    values, evidence = stack_values(*[parse_raw(t, MAIN_PID) for t in starved_by_workers()])
+    assert evidence["main_categories"][DATA_WAIT] == {"samples": 80, "on_cpu": 2}
+    assert list(evidence["main_categories"]) == [DATA_WAIT, FORWARD, BACKWARD]
+    assert evidence["worker_categories"][PRODUCE] == {"samples": 60, "on_cpu": 54}
+    assert evidence["worker_categories"][WORKER_IDLE] == {"samples": 20, "on_cpu": 0}
+    top = evidence["top_stacks"][0]
+    assert top["share"] == 0.8 and top["category"] == DATA_WAIT
+    assert top["stack"].startswith("BaseSelector.select (selectors.py) ← wait (connection.py)")
+    assert len(evidence["top_worker_stacks"]) == 4
+
+
+def test_summarize_counts_main_thread_only():
+    samples = parse_raw(starved_by_workers()[0], MAIN_PID)
+    summary = summarize(samples, [])
+    assert summary.main_total == 100  # the pin-memory thread's 50 samples are not the main thread
+    assert summary.worker_total == 80
+    assert summary.worker_pids == {101, 102}
+    assert summary.main_share(DATA_WAIT) == pytest.approx(0.8)
+    assert summary.worker_share(PRODUCE) == pytest.approx(0.75)
