@@ -113,7 +113,10 @@ class Walk:
     def verdict(self) -> str:
         if self.departure is not None:
             return DEPARTURE
-        if self.conclusion is not None and any(r.status == PASS for r in self.path):
+        # Clean only if every check on the way was measured (or honestly not applicable):
+        # a leaf reached past a node that could not measure rules nothing out.
+        if self.conclusion is not None and any(r.status == PASS for r in self.path) \
+                and not any(r.status == ERROR for r in self.path):
             return CLEAN
         return INCONCLUSIVE
 
@@ -159,7 +162,10 @@ class Walk:
         self.current = None
         if edge.kind == "leaf":
             self.conclusion = edge.target
-            if self.verdict == INCONCLUSIVE:
+            errors = [r for r in self.path if r.status == ERROR]
+            if errors:
+                self.inconclusive_reason = "could not measure " + "; ".join(f"{r.node} ({r.note})" for r in errors)
+            elif self.verdict == INCONCLUSIVE:
                 self.inconclusive_reason = "no node could be measured on this target"
             return
         cause = self.playbook.causes[edge.target]

@@ -144,7 +144,7 @@ def test_inconclusive_findings_carry_the_reason(walk_with, env):
     check_contract(data)
     assert data["verdict"] == "inconclusive"
     assert data["conclusion"] is None and data["first_departure"] is None
-    assert data["note"] == "no node could be measured on this target"
+    assert data["note"].startswith("could not measure env.debug-flags")
     assert all(s["status"] == "error" and s["note"] for s in data["path"])
 
 

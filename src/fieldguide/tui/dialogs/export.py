@@ -13,6 +13,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from fieldguide.tui.widgets.inputs import OrderedInput
+
 from fieldguide.tui.driver import EXPORT_SUFFIXES
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ class ExportDialog(ModalScreen["Path | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(id="export-box", classes="dialog"):
             yield Label("Export the findings report", classes="dialog-title")
-            yield Input(self.default, id="export-path", placeholder=DEFAULT_PATH)
+            yield OrderedInput(self.default, id="export-path", placeholder=DEFAULT_PATH)
             yield Static("The format follows the suffix: .json, .md or .html.\nEnter writes it · Esc cancels.",
                          classes="hint")
             if self.partial:

@@ -13,6 +13,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
+from fieldguide.tui.widgets.inputs import OrderedInput
+
 
 class LaunchDialog(ModalScreen["list[str] | None"]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
@@ -20,7 +22,7 @@ class LaunchDialog(ModalScreen["list[str] | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(id="launch-box", classes="dialog"):
             yield Label("Launch a command", classes="dialog-title")
-            yield Input(placeholder="python train.py --epochs 1", id="launch-cmd")
+            yield OrderedInput(placeholder="python train.py --epochs 1", id="launch-cmd")
             yield Static("fieldguide starts it with a small agent loaded (no edit to your script),\n"
                          "measures it, and ends it when you quit. Enter starts · Esc cancels.", classes="hint")
             yield Static("", id="launch-error", classes="error")

@@ -255,6 +255,9 @@ class WalkScreen(Screen[None]):
         self.pump.reset()
         if event.op == "remeasure":
             self.remeasure_text = f"measuring {event.node_id}"
+            live = self.driver.live if self.driver is not None else None
+            if self.meter_pid is not None and live is not None and live.target.alive():
+                self.meter_pid = live.target.pid  # a relaunched job has a new pid
             if self.departure_screen is not None:
                 self.departure_screen.remeasure_progress(self.remeasure_text)
             return
@@ -324,9 +327,6 @@ class WalkScreen(Screen[None]):
     def remeasure_done(self, event: RemeasureDone) -> None:
         self.remeasure_result = (event.rows, event.note)
         self.remeasure_text = ""
-        if self.driver is not None and self.driver.live is not None:
-            target = self.driver.live.target
-            self.meter_pid = target.pid if target.alive() and self.meter_pid is not None else self.meter_pid
         if self.departure_screen is not None:
             self.departure_screen.remeasure_finished(event.rows, event.note)
 
