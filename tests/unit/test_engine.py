@@ -245,7 +245,8 @@ def test_missing_value_in_every_option_is_an_error_with_the_reason(walk_with):
     assert data_wait.note == ("loop.steps: no value for data_wait_fraction (not measured for this target); "
                               "stacks.sample: no value for data_wait_fraction (not measured for this target)")
     assert data_wait.seconds == 0.5
-    assert walk.verdict == CLEAN  # the walk went on (error follows the pass edge) and later nodes passed
+    assert walk.verdict == INCONCLUSIVE  # the walk went on (error follows the pass edge), but data wait was never ruled out
+    assert walk.conclusion == "device.compute_bound"
 
 
 def test_departure_whose_cause_node_errors_is_inconclusive(walk_with):
