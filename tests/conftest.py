@@ -16,7 +16,7 @@ FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
 
 def run_fieldguide(*args: str, timeout: float = 120, env: dict[str, str] | None = None,
                    cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="60", NO_COLOR="1", COLUMNS="120", **(env or {}))
+    full_env = {**os.environ, "FIELDGUIDE_WORKLOAD_SECONDS": "60", "NO_COLOR": "1", "COLUMNS": "120", **(env or {})}
     return subprocess.run([*FIELDGUIDE, *args], capture_output=True, text=True, timeout=timeout, env=full_env,
                           cwd=cwd)
 

@@ -56,3 +56,19 @@ def test_attach(tmp_path: Path, name: str, workload_process) -> None:
     # No agent: the nodes that need it say so, and the walk goes on.
     skipped = [p for p in data["path"] if p["status"] == "skip"]
     assert all("launch" in p["note"] for p in skipped)
+
+
+def test_a_target_that_exits_mid_walk_is_reported_not_a_crash(tmp_path: Path) -> None:
+    import sys
+
+    # The job trains for 4 s and exits while the walk is still measuring.
+    report = tmp_path / "report.json"
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--report", str(report), "--",
+                          sys.executable, str(workloads.path("healthy_mlp")),
+                          env={"FIELDGUIDE_WORKLOAD_SECONDS": "4"}, timeout=120)
+    assert "Traceback" not in proc.stderr
+    data = json.loads(report.read_text())
+    assert data["verdict"] == "inconclusive", data["path"]
+    assert proc.returncode == 3
+    assert "exited" in data["note"]
+    assert any("exited" in step["note"] for step in data["path"] if step["status"] == "error")

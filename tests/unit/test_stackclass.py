@@ -361,3 +361,23 @@ def test_summarize_counts_main_thread_only():
     assert summary.worker_pids == {101, 102}
     assert summary.main_share(DATA_WAIT) == pytest.approx(0.8)
     assert summary.worker_share(PRODUCE) == pytest.approx(0.75)
+
+
+def test_workers_replaced_mid_window_make_idle_waits_start_up_waits():
+    """Workers re-spawned each epoch (4 pids seen, 2 alive at once): the main thread's waits while
+    no worker produces count as start-up; with the same samples and no churn they do not."""
+    from fieldguide.probes.stacks import stack_values
+    from fieldguide.probes.stackclass import ThreadSample
+
+    main = [ThreadSample(1, "main", "MainThread", [("<module>", "t.py"),
+                         ("_BaseDataLoaderIter.__next__", "torch/utils/data/dataloader.py")], 40),
+            ThreadSample(1, "main", "MainThread", [("<module>", "t.py"),
+                         ("Module._call_impl", "torch/nn/modules/module.py")], 60)]
+    idle = [("_worker_loop", "torch/utils/data/_utils/worker.py"), ("Queue.get", "multiprocessing/queues.py")]
+    workers = [ThreadSample(pid, "worker", "MainThread", idle, 50) for pid in (11, 12, 13, 14)]
+    churned, _ = stack_values(main + workers, main, live_workers=2)
+    assert churned["workers_replaced"] is True
+    assert churned["startup_wait_fraction"] == pytest.approx(0.4)
+    steady, _ = stack_values(main + workers, main, live_workers=4)
+    assert steady["workers_replaced"] is False
+    assert steady["startup_wait_fraction"] == pytest.approx(0.0)
