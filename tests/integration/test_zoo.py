@@ -14,6 +14,7 @@ pytestmark = pytest.mark.integration
 
 # Attach mode has no agent: these decide from py-spy and psutil alone.
 ATTACHABLE = ["healthy_convnet", "loader_slow_workers", "loader_decode_cpu", "checkpoint_every_step",
+              "debug_anomaly_ctx", "debug_profiler",
               "worker_restart_epochs"]
 
 

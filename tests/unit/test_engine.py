@@ -154,7 +154,7 @@ def test_attach_mode_uses_outside_probes_and_skips_agent_only_nodes(walk_with):
                                             "stacks.sample", None]
     assert "torch.flags" not in fake.calls and "loop.steps" not in fake.calls and "torch.ops" not in fake.calls
     flags = walk.path[0]
-    assert flags.measured == {"cuda_launch_blocking": False, "anomaly_trace_fraction": 0.0, "profiler_fraction": 0.0}
+    assert flags.measured == {"cuda_launch_blocking": False, "anomaly_trace_samples": 0, "profiler_fraction": 0.0}
     assert flags.note.startswith("torch.flags needs the in-process agent")
     overhead = walk.path[-1]
     assert overhead.note == ("torch.ops needs the in-process agent, which only a launched target has "
@@ -285,9 +285,9 @@ def test_debug_flags_on_is_host_debug_mode(walk_with):
 
 
 def test_debug_flags_from_outside_anomaly_stacks(walk_with):
-    walk, _ = walk_with({"torch.flags.outside": {"anomaly_trace_fraction": 0.4}}, caps=ATTACH)
+    walk, _ = walk_with({"torch.flags.outside": {"anomaly_trace_fraction": 0.02, "anomaly_trace_samples": 3}}, caps=ATTACH)
     assert walk.departure.cause.id == "host.debug_mode"
-    assert walk.departure.measured["anomaly_trace_fraction"] == 0.4
+    assert walk.departure.measured["anomaly_trace_samples"] == 3
 
 
 # --- edge summaries and robustness ------------------------------------------------------------------

@@ -366,8 +366,8 @@ def test_summarize_counts_main_thread_only():
 def test_workers_replaced_mid_window_make_idle_waits_start_up_waits():
     """Workers re-spawned each epoch (4 pids seen, 2 alive at once): the main thread's waits while
     no worker produces count as start-up; with the same samples and no churn they do not."""
-    from fieldguide.probes.stacks import stack_values
     from fieldguide.probes.stackclass import ThreadSample
+    from fieldguide.probes.stacks import stack_values
 
     main = [ThreadSample(1, "main", "MainThread", [("<module>", "t.py"),
                          ("_BaseDataLoaderIter.__next__", "torch/utils/data/dataloader.py")], 40),

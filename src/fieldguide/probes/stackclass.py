@@ -71,8 +71,12 @@ def classify_main(stack: list[Frame]) -> str:
     leaf_first = list(reversed(stack))
     for frame in leaf_first:
         if _in(frame, *_ANOMALY_FILES):
-            # traceback capture called from inside the model: anomaly mode's per-op record.
-            if any(_in(f, "torch/nn/modules/module.py", "torch/autograd/", "torch/_tensor.py") for f in stack):
+            # Traceback capture called from inside the model: anomaly mode's per-op record
+            # (torch.fx.traceback.format_stack). Not while dynamo or fx trace the model.
+            in_model = any(_in(f, "torch/nn/modules/module.py", "torch/autograd/", "torch/_tensor.py") for f in stack)
+            tracing = any("torch/_dynamo/" in f[1] or ("torch/fx/" in f[1] and "traceback.py" not in f[1])
+                          for f in stack)
+            if (in_model or stack[0][0] == "walk_stack") and not tracing:
                 return ANOMALY
         if _in(frame, *_PROFILER_FILES):
             return PROFILER

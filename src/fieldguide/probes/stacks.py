@@ -122,6 +122,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     idle_other = summary.main_all.get(OTHER, 0) - summary.main_active.get(OTHER, 0)
     values["blocked_other_fraction"] = max(idle_other, 0) / total if total else None
     values["anomaly_trace_fraction"] = share(ANOMALY)
+    values["anomaly_trace_samples"] = summary.main_all.get(ANOMALY, 0)
     values["profiler_fraction"] = share(PROFILER)
     values["forward_fraction"] = share(FORWARD)
     values["backward_fraction"] = share(BACKWARD)
@@ -162,6 +163,7 @@ class StackSample(Probe):
         "samples": "", "workers": "", "data_wait_fraction": "fraction", "startup_wait_fraction": "fraction",
         "workers_replaced": "", "producer": "", "producer_cpu_fraction": "fraction", "worker_busy_fraction": "fraction",
         "io_fraction": "fraction", "blocked_other_fraction": "fraction", "anomaly_trace_fraction": "fraction",
+        "anomaly_trace_samples": "",
         "profiler_fraction": "fraction", "forward_fraction": "fraction", "backward_fraction": "fraction",
         "optimizer_fraction": "fraction",
     }

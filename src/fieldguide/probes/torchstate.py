@@ -64,7 +64,8 @@ class TorchFlagsOutside(Probe):
     title = "Infer debugging switches from outside: the environment and the stacks"
     needs = frozenset({NEEDS_PROCESS})
     params = {}
-    values = {"cuda_launch_blocking": "", "anomaly_trace_fraction": "fraction", "profiler_fraction": "fraction",
+    values = {"cuda_launch_blocking": "", "anomaly_trace_fraction": "fraction", "anomaly_trace_samples": "",
+              "profiler_fraction": "fraction",
               "debug_switches": ""}
 
     def run(self, ctx: ProbeContext) -> Measurement:
@@ -82,12 +83,13 @@ class TorchFlagsOutside(Probe):
         values = {
             "cuda_launch_blocking": environ.get("CUDA_LAUNCH_BLOCKING", "0") not in ("", "0"),
             "anomaly_trace_fraction": stacks.values.get("anomaly_trace_fraction"),
+            "anomaly_trace_samples": stacks.values.get("anomaly_trace_samples"),
             "profiler_fraction": stacks.values.get("profiler_fraction"),
         }
         seen = [name for name, on in (
             ("cuda_launch_blocking", values["cuda_launch_blocking"]),
-            ("anomaly_detection (traceback capture in {:.0%} of samples)".format(values["anomaly_trace_fraction"] or 0),
-             (values["anomaly_trace_fraction"] or 0) >= 0.05),
+            ("anomaly_detection (its per-op traceback capture in {} samples)".format(values["anomaly_trace_samples"]),
+             (values["anomaly_trace_samples"] or 0) >= 1),
             ("autograd_profiler ({:.0%} of samples)".format(values["profiler_fraction"] or 0),
              (values["profiler_fraction"] or 0) >= 0.05)) if on]
         values["debug_switches"] = ", ".join(seen) or "none seen"

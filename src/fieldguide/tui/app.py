@@ -47,7 +47,7 @@ class FieldguideApp(App[int]):
         self.last_export: Path | None = None
         self.drivers: list[WalkDriver] = []
         self._targets: list[Target] = []
-        self._closed: set[int] = set()
+        self._closed_targets: set[int] = set()
         self._lock = threading.Lock()
 
     def on_mount(self) -> None:
@@ -84,15 +84,15 @@ class FieldguideApp(App[int]):
     def close_targets(self) -> None:
         """End every launched job not yet ended. Never touches an attached process. Blocks."""
         with self._lock:
-            todo = [t for t in self._targets if is_launched(t) and id(t) not in self._closed]
-            self._closed.update(id(t) for t in todo)
+            todo = [t for t in self._targets if is_launched(t) and id(t) not in self._closed_targets]
+            self._closed_targets.update(id(t) for t in todo)
         for target in todo:
             target.close()
 
     def launched_pids(self) -> list[int]:
         with self._lock:
             return [t.popen.pid for t in self._targets  # type: ignore[attr-defined]
-                    if is_launched(t) and id(t) not in self._closed and t.popen.poll() is None]  # type: ignore[attr-defined]
+                    if is_launched(t) and id(t) not in self._closed_targets and t.popen.poll() is None]  # type: ignore[attr-defined]
 
     # -- quitting ----------------------------------------------------------------------------------
 

@@ -165,6 +165,13 @@ class WalkDriver:
         for session in {id(s): s for s in (self.session, self.live) if s is not None}.values():
             session.cancel(note)
 
+    def stop(self) -> None:
+        """Stop measuring without a note (the screen went away)."""
+        self.closing.set()
+        for session in (self.session, self.live):
+            if session is not None:
+                session.runner.cancelled.set()
+
     def cancel_current(self) -> None:
         """Cancel the probe measuring now (a re-run the user replaced with another)."""
         if self.live is not None:

@@ -73,7 +73,7 @@ def main():
     last_print = time.monotonic()
     step = 0
     for epoch in range(1000):
-        for i, (x, y) in enumerate(loader):
+        for _i, (x, y) in enumerate(loader):
             loss = F.cross_entropy(model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()

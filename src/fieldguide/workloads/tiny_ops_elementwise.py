@@ -22,7 +22,7 @@ class GateChain(nn.Module):
         self.shifts = nn.ParameterList(nn.Parameter(torch.zeros(WIDTH)) for _ in range(DEPTH))
 
     def forward(self, x):
-        for gate, shift in zip(self.gates, self.shifts):
+        for gate, shift in zip(self.gates, self.shifts, strict=False):
             x = x + torch.sigmoid(gate) * torch.tanh(x + shift)
             x = x * 0.5
         return x

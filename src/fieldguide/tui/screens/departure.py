@@ -58,7 +58,7 @@ class DepartureScreen(Screen[None]):
         return self.query_one("#dep-live", LiveReadings)
 
     def on_mount(self) -> None:
-        self.title = "fieldguide · departure"
+        self.title = "departure"
         self.sub_title = f"{self.departure.cause.id} at {self.departure.node}"
         self.query_one("#dep-remeasure").display = False
         self.live.display = False

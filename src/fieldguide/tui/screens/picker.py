@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, OptionList, Static
+from textual.widgets.data_table import ColumnKey
 from textual.widgets.option_list import Option
 
 from fieldguide.tui.dialogs.error import ErrorDialog
@@ -94,7 +95,9 @@ class TargetPicker(Screen[None]):
                 keep = None
         table.clear()
         self.rows = {r.pid: r for r in event.rows}
-        cmd_width = max(20, self.size.width - 50)
+        cmd_width = max(20, self.size.width - 48)
+        column = table.columns[ColumnKey("cmd")]
+        column.auto_width, column.width = False, cmd_width
         for r in event.rows:
             cmd = r.cmdline + (f"  (+{r.workers} workers)" if r.workers else "")
             table.add_row(str(r.pid), r.user[:9], f"{r.cpu_percent:.0f}", f"{r.rss_mb:.0f}",

@@ -9,6 +9,7 @@ finishes first) or replaces it (a re-run or jump is cancelled: latest wins).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
@@ -86,7 +87,7 @@ class WalkScreen(Screen[None]):
         yield Footer()
 
     @property
-    def tree(self) -> PlaybookTree:
+    def playbook_tree(self) -> PlaybookTree:
         return self.query_one("#tree", PlaybookTree)
 
     @property
@@ -98,11 +99,15 @@ class WalkScreen(Screen[None]):
         self.driver = WalkDriver(self.spec, self.playbook, self.factory, on_reading=self.pump.offer,
                                  echo=self.pump.offer_output, track=app.track_target)  # type: ignore[attr-defined]
         app.drivers.append(self.driver)  # type: ignore[attr-defined]
-        self.title = f"fieldguide · {self.playbook.id}"
+        self.title = self.playbook.id
         self._subtitle()
         self.panel.show_message(f"Starting {self.target_text}", self._opening_text(), live=True)
-        self.tree.focus()
+        self.playbook_tree.focus()
         self._open_worker()
+
+    def on_unmount(self) -> None:
+        if self.driver is not None:
+            self.driver.stop()  # probes still running end at their next check
 
     def _opening_text(self) -> str:
         if self.spec.kind == "attach":
@@ -114,9 +119,9 @@ class WalkScreen(Screen[None]):
         if self.session is not None:
             walk = self.session.walk
             if walk.finished:
-                parts.append(f"walk over: {walk.verdict}")
+                parts.append(f"over: {walk.verdict}")
             else:
-                parts.append("auto-walk ▶" if self.auto else "paused ‖")
+                parts.append("auto ▶" if self.auto else "paused ‖")
             runner = self.session.runner
             parts.append(f"{runner.spent:.0f}/{runner.budget:.0f} s")
         self.sub_title = " · ".join(parts)
@@ -127,6 +132,15 @@ class WalkScreen(Screen[None]):
         return f"{desc.get('kind')} pid {desc.get('pid')}"
 
     # -- workers (thread side: post messages only) ------------------------------------------------
+
+    def _started(self, op: str) -> Callable[[str], None]:
+        """The callback a worker calls as a node starts measuring (on the worker thread)."""
+
+        def started(node_id: str) -> None:
+            self.pump.reset()  # before the probe's first reading, so none is lost
+            self.post_message(NodeStarted(node_id, op))
+
+        return started
 
     @work(thread=True, group="open", exit_on_error=False)
     def _open_worker(self) -> None:
@@ -146,7 +160,7 @@ class WalkScreen(Screen[None]):
     def _step_worker(self) -> None:
         assert self.driver is not None
         try:
-            result, cancelled = self.driver.step(lambda node_id: self.post_message(NodeStarted(node_id, "walk")))
+            result, cancelled = self.driver.step(self._started("walk"))
             if result is not None:
                 self.post_message(NodeFinished(result, "walk", cancelled))
         except Closing:
@@ -159,7 +173,7 @@ class WalkScreen(Screen[None]):
         assert self.driver is not None
         try:
             result, cancelled = self.driver.run_node(
-                node_id, fresh=fresh, started=lambda nid: self.post_message(NodeStarted(nid, op)))
+                node_id, fresh=fresh, started=self._started(op))
             self.post_message(NodeFinished(result, op, cancelled or get_current_worker().is_cancelled))
         except Closing:
             pass
@@ -174,7 +188,7 @@ class WalkScreen(Screen[None]):
         try:
             rows, note = self.driver.remeasure(
                 status=lambda text: self.post_message(RemeasureStatus(text)),
-                started=lambda nid: self.post_message(NodeStarted(nid, "remeasure")))
+                started=self._started("remeasure"))
             self.post_message(RemeasureDone(rows, note))
         except Closing:
             pass
@@ -228,7 +242,7 @@ class WalkScreen(Screen[None]):
         self.panel.live.reset()
         self._subtitle()
         start = self.playbook.start
-        self.tree.move_to(start)
+        self.playbook_tree.move_to(start)
         self._show(("node", start))
         if self.auto:
             self._advance()
@@ -252,7 +266,6 @@ class WalkScreen(Screen[None]):
 
     @on(NodeStarted)
     def node_started(self, event: NodeStarted) -> None:
-        self.pump.reset()
         if event.op == "remeasure":
             self.remeasure_text = f"measuring {event.node_id}"
             live = self.driver.live if self.driver is not None else None
@@ -263,11 +276,11 @@ class WalkScreen(Screen[None]):
             return
         node_id = event.node_id
         self.measuring = node_id
-        self.previous_state[node_id] = self.tree.states.get(node_id, WAITING)
-        self.tree.set_state(node_id, MEASURING)
+        self.previous_state[node_id] = self.playbook_tree.states.get(node_id, WAITING)
+        self.playbook_tree.set_state(node_id, MEASURING)
         self.panel.live.reset()
         if event.op == "walk":
-            self.tree.move_to(node_id)
+            self.playbook_tree.move_to(node_id)
         self._show(("node", node_id))
 
     @on(NodeFinished)
@@ -277,9 +290,9 @@ class WalkScreen(Screen[None]):
         if self.measuring == node_id:
             self.measuring = None
         if event.cancelled and event.op != "walk":
-            self.tree.set_state(node_id, self.previous_state.get(node_id, WAITING))
+            self.playbook_tree.set_state(node_id, self.previous_state.get(node_id, WAITING))
         else:
-            self.tree.set_state(node_id, result.status)
+            self.playbook_tree.set_state(node_id, result.status)
             self.results[node_id] = result
             if event.op == "walk":
                 self.reruns.discard(node_id)
@@ -353,7 +366,7 @@ class WalkScreen(Screen[None]):
         kind, item_id = item
         if kind in ("node", "ref"):
             node = self.playbook.nodes[item_id]
-            self.panel.show_node(node, self.tree.states.get(item_id, WAITING), self.results.get(item_id),
+            self.panel.show_node(node, self.playbook_tree.states.get(item_id, WAITING), self.results.get(item_id),
                                  measuring=item_id == self.measuring, rerun=item_id in self.reruns)
         elif kind == "cause":
             cause = self.playbook.causes[item_id]
@@ -370,11 +383,11 @@ class WalkScreen(Screen[None]):
         self.app.verdict = walk.verdict  # type: ignore[attr-defined]
         self._subtitle()
         if walk.departure is not None:
-            self.tree.mark_reached(walk.departure.cause.id)
+            self.playbook_tree.mark_reached(walk.departure.cause.id)
             self.action_departure()
         elif walk.conclusion is not None:
-            self.tree.mark_reached(walk.conclusion)
-            self.tree.move_to(walk.conclusion)
+            self.playbook_tree.mark_reached(walk.conclusion)
+            self.playbook_tree.move_to(walk.conclusion)
             self.notify(f"Clean: the walk reached the healthy leaf {walk.conclusion}.", title="Walk over", timeout=8)
         else:
             self.notify(walk.inconclusive_reason or "The walk could not measure what it needed.",
@@ -417,7 +430,7 @@ class WalkScreen(Screen[None]):
             self._advance()
 
     def action_rerun(self) -> None:
-        item = self.tree.cursor_item
+        item = self.playbook_tree.cursor_item
         if item is None or item[0] not in ("node", "ref"):
             self.notify("Put the cursor on a node to re-run it.")
             return

@@ -4,6 +4,7 @@ Textual delivers printable keys straight to the focused Input but resolves its b
 (ctrl+u, backspace, ...) only after the key has bubbled up, so in a burst of input (a paste
 without bracketed paste, or `tmux send-keys C-u /tmp/x.json`) the text can land before the
 edit. This Input runs its own bindings as the keys arrive.
+Its cursor does not blink: nothing repaints while the user reads, which matters over SSH.
 """
 
 from __future__ import annotations
@@ -21,3 +22,6 @@ class OrderedInput(Input):
             await self.run_action(bindings[0].action)
             return
         await super()._on_key(event)
+
+    def on_mount(self) -> None:
+        self.cursor_blink = False  # a steady cursor: no repaints over SSH, and stable screenshots

@@ -67,48 +67,44 @@ class LiveReadings(Widget):
     def render(self) -> Text:
         width = max(self.size.width, 30)
         label_w = 10
-        spark_w = max(8, width - label_w - 22)
         out = Text()
         if self.headline:
             out.append(self.headline + "\n", style="bold")
         probe, reading = self._current()
+        lines: list[tuple[str, str, str, str]] = []  # (label, series text, style, suffix)
         if probe:
+            elapsed, of = reading.get("elapsed"), reading.get("of")
+            step, wait = reading.get("step_ms") or [], reading.get("wait_ms") or []
+            spark_w = max(6, width - label_w - 24)
+            if isinstance(elapsed, (int, float)) and isinstance(of, (int, float)) and of > 0:
+                lines.append(("progress", bar(elapsed / of, spark_w), "", f" {elapsed:4.1f}/{of:.0f} s"))
+            if step:
+                top = max(step + wait)
+                med_s, med_w = median(step) or 0.0, median(wait) or 0.0
+                lines.append(("step ms", sparkline(step, spark_w, top), "cyan", f" {med_s:.1f} median"))
+                share = f" {med_w / med_s:.0%} of step" if med_s and wait else ""
+                lines.append(("wait ms", sparkline(wait, spark_w, top), "red", f" {med_w:.1f}{share}"))
+            if self.rss:
+                lines.append(("RSS MB", sparkline(self.rss, spark_w, max(self.rss)), "magenta", f" {self.rss[-1]:.0f} MB"))
             out.append(f"probe {probe}", style="bold yellow")
             if reading.get("status"):
                 out.append(f"  {reading['status']}", style="dim")
             out.append("\n")
-            elapsed, of = reading.get("elapsed"), reading.get("of")
-            if isinstance(elapsed, (int, float)) and isinstance(of, (int, float)) and of > 0:
-                out.append(f"{'progress':<{label_w}}{bar(elapsed / of, spark_w)} {elapsed:4.1f} / {of:.0f} s\n")
-            step, wait = reading.get("step_ms") or [], reading.get("wait_ms") or []
-            if step:
-                top = max(step + wait)
-                out.append(f"{'step ms':<{label_w}}")
-                out.append(sparkline(step, spark_w, top), style="cyan")
-                out.append(f" median {median(step[-spark_w:]) or 0:.1f} ({len(step)} steps)\n")
-                out.append(f"{'wait ms':<{label_w}}")
-                out.append(sparkline(wait, spark_w, top), style="red")
-                med_w, med_s = median(wait) or 0.0, median(step) or 0.0
-                share = f" · {med_w / med_s:.0%} of step" if med_s else ""
-                out.append(f" median {med_w:.1f}{share}\n")
-            if self.rss:
-                out.append(f"{'RSS MB':<{label_w}}")
-                out.append(sparkline(self.rss, spark_w, max(self.rss)), style="magenta")
-                out.append(f" {self.rss[-1]:.0f} MB\n")
         elif self.output:
             out.append("job output:\n", style="dim")
             for line in self.output[-3:]:
                 out.append(f"  | {line[: width - 4]}\n", style="dim")
         if self.meter is not None:
             main, workers, n, rss = self.meter
+            spark_w = max(6, width - label_w - 24)
             top = max(self.cpu_main + self.cpu_workers + [100.0])
-            out.append(f"{'CPU main':<{label_w}}")
-            out.append(sparkline(self.cpu_main, spark_w, top), style="green")
-            out.append(f" {main:3.0f}%  RSS {rss:.0f} MB\n")
-            out.append(f"{'workers':<{label_w}}")
-            out.append(sparkline(self.cpu_workers, spark_w, top) if n else "none".ljust(min(spark_w, 4)),
-                       style="blue")
-            out.append(f" {workers:3.0f}% ({n} process{'es' if n != 1 else ''})\n")
+            lines.append(("CPU main", sparkline(self.cpu_main, spark_w, top), "green", f" {main:3.0f}% RSS {rss:.0f} MB"))
+            lines.append(("workers", sparkline(self.cpu_workers, spark_w, top) if n else "none", "blue",
+                          f" {workers:3.0f}% of {n} proc" if n else ""))
+        for label, text, style, suffix in lines:
+            out.append(f"{label:<{label_w}}")
+            out.append(text, style=style)
+            out.append(suffix + "\n")
         if not out:
             out.append("waiting for the first reading…", style="dim")
         out.rstrip()

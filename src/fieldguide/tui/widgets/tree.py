@@ -55,7 +55,7 @@ class PlaybookTree(Tree[Item]):
         data = (item.kind, item.id)
         label = self._label(data)
         if item.children:
-            node = parent.add(label, data=data, expand=True)
+            node = parent.add(label, data=data, expand=True, allow_expand=False)  # always open: no toggles
             for child in item.children:
                 self._add(node, child)
         else:

@@ -1,0 +1,126 @@
+"""The TUI's plain parts: the playbook outline, sparklines, measured vs expected, the reading
+pump that collapses bursts, the input that keeps keys in order, export path checks."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from textual import events
+from textual.app import App, ComposeResult
+from textual.widgets import Input
+
+from fieldguide.engine import NodeResult
+from fieldguide.measurement import Measurement
+from fieldguide.playbook import find_playbook
+from fieldguide.tui.driver import EXPORT_SUFFIXES
+from fieldguide.tui.model import bar, measured_vs_expected, median, playbook_outline, sparkline
+from fieldguide.tui.readings import ReadingPump
+from fieldguide.tui.widgets.inputs import OrderedInput
+
+
+def flatten(items, depth=0):
+    for item in items:
+        yield depth, item.kind, item.id
+        yield from flatten(item.children, depth + 1)
+
+
+def test_outline_is_a_checklist_with_departures_nested() -> None:
+    lines = list(flatten(playbook_outline(find_playbook("slow-training"))))
+    top = [(kind, i) for depth, kind, i in lines if depth == 0]
+    assert top == [("node", "env.debug-flags"), ("node", "input.worker-startup"), ("node", "input.data-wait"),
+                   ("node", "host.blocking-io"), ("node", "host.overhead"), ("leaf", "device.compute_bound")]
+    assert (1, "cause", "host.debug_mode") in lines
+    # input.data-wait departs into input.producer, which names one of two causes
+    assert (1, "node", "input.producer") in lines
+    assert (2, "cause", "input.cpu_bound") in lines and (1, "cause", "input.waiting") in lines
+    every_node = {i for _, kind, i in lines if kind == "node"}
+    assert every_node == set(find_playbook("slow-training").nodes)
+
+
+def test_sparkline_and_bar_need_no_colour() -> None:
+    assert sparkline([0, 1, 2, 3, 4, 5, 6, 7], 8) == "▁▂▃▄▅▆▇█"
+    assert sparkline([5, 5, 5], 2) == "██"  # the last `width` values
+    assert sparkline([1, 2], 2, top=4) == "▃▅"
+    assert sparkline([], 5) == "" and sparkline([0, 0], 2) == "▁▁"
+    assert bar(0.5, 10) == "█████░░░░░" and bar(2.0, 4) == "████"
+    assert median([3, 1, 2]) == 2 and median([1, 2, 3, 4]) == 2.5 and median([]) is None
+
+
+def test_measured_vs_expected_per_value() -> None:
+    playbook = find_playbook("slow-training")
+    node = playbook.nodes["input.data-wait"]
+    m = Measurement("loop.steps", values={"data_wait_fraction": 0.93}, units={"data_wait_fraction": "fraction"})
+    result = NodeResult(node="input.data-wait", status="depart", measured={"data_wait_fraction": 0.93},
+                        probe="loop.steps", measurement=m)
+    (row,) = measured_vs_expected(node, result)
+    assert (row.name, row.measured, row.expected, row.held) == ("data_wait_fraction", "93%", "< 10%", False)
+    flags = playbook.nodes["env.debug-flags"]
+    m = Measurement("torch.flags", values={"anomaly_detection": True, "autograd_profiler": False,
+                                           "sync_debug_on": False})
+    rows = measured_vs_expected(flags, NodeResult(node=flags.id, status="depart", probe="torch.flags", measurement=m))
+    by_name = {r.name: r for r in rows}
+    assert by_name["anomaly_detection"].held is False and by_name["anomaly_detection"].measured == "yes"
+    assert by_name["autograd_profiler"].held is True
+    assert by_name["cuda_launch_blocking"].held is None  # not measured: shown as such, not invented
+
+
+def test_reading_pump_collapses_a_burst_into_one_notification() -> None:
+    notified = []
+    pump = ReadingPump(lambda: notified.append(1))
+
+    def burst() -> None:
+        for i in range(2000):
+            pump.offer({"probe": "loop.steps", "elapsed": i / 100, "of": 6.0})
+
+    threads = [threading.Thread(target=burst) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(notified) == 1  # nothing was taken yet: one message queued, not 8000
+    latest, _ = pump.take()
+    assert latest["loop.steps"]["elapsed"] == pytest.approx(19.99)
+    pump.offer({"probe": "stacks.sample", "status": "sampling"})
+    assert len(notified) == 2
+    pump.reset()
+    assert pump.take()[0] == {}
+
+
+def test_export_suffixes() -> None:
+    assert EXPORT_SUFFIXES[".json"] == "json" and EXPORT_SUFFIXES[".md"] == "md" and EXPORT_SUFFIXES[".html"] == "html"
+    assert ".txt" not in EXPORT_SUFFIXES
+
+
+class InputApp(App[None]):
+    def __init__(self, cls: type[Input]) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def compose(self) -> ComposeResult:
+        yield self.cls("./fieldguide-report.json", id="path")
+
+
+def burst(app: App[None], keys: list[str]) -> None:
+    """Keys as a terminal delivers one read: all queued before any is handled."""
+    for key in keys:
+        char = key if len(key) == 1 else {"ctrl+u": "\x15", "backspace": "\x7f"}.get(key)
+        app.post_message(events.Key(key, char))
+
+
+@pytest.mark.parametrize("cls", [OrderedInput, pytest.param(Input, marks=pytest.mark.xfail(
+    reason="the control: Textual's Input resolves ctrl+u after the burst's text went in", strict=False))])
+async def test_ordered_input_keeps_editing_keys_in_order_with_text(cls: type[Input]) -> None:
+    """`tmux send-keys C-u /tmp/x.md` arrives as one burst: the clear must come before the text.
+    (Textual's own Input is the control: it resolves ctrl+u after the text has gone in.)"""
+    app = InputApp(cls)
+    async with app.run_test() as pilot:
+        field = app.query_one(cls)
+        field.cursor_position = len(field.value)
+        burst(app, ["ctrl+u", *"/tmp/x.md"])
+        await pilot.pause(0.2)
+        assert field.value == "/tmp/x.md"
+        burst(app, ["backspace", "backspace", *"html"])
+        await pilot.pause(0.2)
+        assert field.value == "/tmp/x.html"
+        assert field.cursor_blink is False
