@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,7 +32,7 @@ def workload_process():
 
         proc = subprocess.Popen([sys.executable, str(workloads.path(name))],
                                 env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="90"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         started.append(proc)
         time.sleep(warmup)
         assert proc.poll() is None, f"{name} exited early"
@@ -39,5 +40,9 @@ def workload_process():
 
     yield start
     for proc in started:
-        proc.kill()
+        # The whole group: a killed job's DataLoader workers would otherwise linger.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()

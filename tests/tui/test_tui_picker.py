@@ -17,7 +17,7 @@ async def test_picker_lists_processes_with_pid_user_cpu_rss_command() -> None:
     scanner = FakeScanner()
     app = make_app(scanner=scanner)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 5, "a scan")
+        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 20, "a scan")
         table = app.screen.query_one("#procs", DataTable)
         assert table.row_count == len(FAKE_PROCS)
         first = table.get_row_at(0)
@@ -32,23 +32,23 @@ async def test_picker_lists_processes_with_pid_user_cpu_rss_command() -> None:
 async def test_enter_on_a_process_opens_the_playbook_picker_with_purposes() -> None:
     app = make_app(scanner=FakeScanner())
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 5, "a scan")
+        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 20, "a scan")
         await pilot.press("tab", "down", "enter")  # to the table, second row
-        await wait_for(pilot, lambda: isinstance(app.screen, PlaybookPicker), 5, "the playbook picker")
+        await wait_for(pilot, lambda: isinstance(app.screen, PlaybookPicker), 20, "the playbook picker")
         assert app.screen.spec.pid == 27182
         text = screen_text(pilot)
         assert "slow-training" in text and "The job trains slower than it should" in text
         await pilot.press("escape")
-        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker), 5, "back to the target picker")
+        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker), 20, "back to the target picker")
 
 
 async def test_demo_key_preselects_slow_training() -> None:
     app = make_app(scanner=FakeScanner([]))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 5, "a scan")
+        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 20, "a scan")
         assert "no torch processes found" in screen_text(pilot)
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, PlaybookPicker), 5, "the playbook picker")
+        await wait_for(pilot, lambda: isinstance(app.screen, PlaybookPicker), 20, "the playbook picker")
         picker = app.screen
         assert picker.spec.demo and picker.spec.cmd[-1].endswith("loader_remote_reads.py")
         options = picker.query_one("#playbooks", OptionList)
@@ -58,14 +58,14 @@ async def test_demo_key_preselects_slow_training() -> None:
 async def test_launch_dialog_checks_the_command() -> None:
     app = make_app(scanner=FakeScanner([]))
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 5, "a scan")
+        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 20, "a scan")
         await pilot.press("l")
-        await wait_for(pilot, lambda: isinstance(app.screen, LaunchDialog), 5, "the launch dialog")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchDialog), 20, "the launch dialog")
         await pilot.press(*"no-such-command-xyz --flag", "enter")
         await pilot.pause(0.1)
         assert "Command not found: no-such-command-xyz" in screen_text(pilot)
         await pilot.press("ctrl+u", *"python train.py --epochs 1", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, PlaybookPicker), 5, "the playbook picker")
+        await wait_for(pilot, lambda: isinstance(app.screen, PlaybookPicker), 20, "the playbook picker")
         assert app.screen.spec.cmd == ("python", "train.py", "--epochs", "1")
 
 
@@ -75,9 +75,9 @@ async def test_a_pid_that_cannot_be_read_says_why_and_goes_back_to_the_picker() 
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), 20, "the error dialog")
         assert f"no process with pid {2**22 + 17}" in screen_text(pilot)
         await pilot.press("b")
-        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker), 5, "the target picker")
+        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker), 20, "the target picker")
         await pilot.press("q")
-        await wait_for(pilot, lambda: not app.is_running, 5, "the app to exit")
+        await wait_for(pilot, lambda: not app.is_running, 20, "the app to exit")
     assert app.exit_code() == 2  # bad input, as the CLI says
 
 
@@ -85,18 +85,18 @@ async def test_help_screen_lists_keys_and_closes() -> None:
     app = make_app(scanner=FakeScanner([]))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), 5, "the help screen")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), 20, "the help screen")
         text = screen_text(pilot)
         for key in ("next: measure the current node", "auto-walk", "re-run the node", "export the findings"):
             assert key in text
         await pilot.press("escape")
-        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker), 5, "the picker again")
+        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker), 20, "the picker again")
 
 
 async def test_ctrl_c_quits_from_the_picker() -> None:
     app = make_app(scanner=FakeScanner([]))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("ctrl+c")
-        await wait_for(pilot, lambda: not app.is_running, 5, "the app to exit")
+        await wait_for(pilot, lambda: not app.is_running, 20, "the app to exit")
     assert app.exit_code() == 0
     assert not any(isinstance(s, WalkScreen) for s in app.screen_stack)

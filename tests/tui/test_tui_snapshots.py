@@ -34,7 +34,7 @@ def replay_app(hold: str | None = None, export_default: str = "./fieldguide-repo
 
 
 async def scanned(pilot: Pilot[object]) -> None:
-    await wait_for(pilot, lambda: getattr(pilot.app.screen, "scans", 0) > 0, 10, "the first scan")
+    await wait_for(pilot, lambda: getattr(pilot.app.screen, "scans", 0) > 0, 30, "the first scan")
 
 
 async def mid_probe(pilot: Pilot[object]) -> None:
@@ -43,12 +43,12 @@ async def mid_probe(pilot: Pilot[object]) -> None:
         return isinstance(screen, WalkScreen) and screen.measuring == "input.worker-startup" and bool(
             screen.panel.live.readings)
 
-    await wait_for(pilot, measuring, 10, "input.worker-startup measuring with live readings")
+    await wait_for(pilot, measuring, 30, "input.worker-startup measuring with live readings")
 
 
 async def departed(pilot: Pilot[object]) -> None:
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, DepartureScreen), 10, "the departure screen")
-    await wait_for(pilot, lambda: len(pilot.app.screen.query("#dep-guide > *")) > 0, 10, "the field guide")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, DepartureScreen), 30, "the departure screen")
+    await wait_for(pilot, lambda: len(pilot.app.screen.query("#dep-guide > *")) > 0, 30, "the field guide")
     await pilot.pause(0.2)
 
 
@@ -61,7 +61,7 @@ def test_snapshot_help(snap_compare) -> None:
     async def help_open(pilot: Pilot[object]) -> None:
         await scanned(pilot)
         await pilot.press("question_mark")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), 5, "the help screen")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen), 20, "the help screen")
 
     assert snap_compare(picker_app(), terminal_size=NARROW, run_before=help_open)
 
@@ -80,7 +80,7 @@ def test_snapshot_walk_over(snap_compare) -> None:
     async def back_to_walk(pilot: Pilot[object]) -> None:
         await departed(pilot)
         await pilot.press("escape")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, WalkScreen), 5, "the walk screen")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, WalkScreen), 20, "the walk screen")
         await pilot.pause(0.2)
 
     assert snap_compare(replay_app(), terminal_size=NARROW, run_before=back_to_walk)
@@ -90,7 +90,7 @@ def test_snapshot_export_dialog(snap_compare) -> None:
     async def export_open(pilot: Pilot[object]) -> None:
         await departed(pilot)
         await pilot.press("e")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ExportDialog), 5, "the export dialog")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ExportDialog), 20, "the export dialog")
         await pilot.pause(0.2)
 
     assert snap_compare(replay_app(), terminal_size=NARROW, run_before=export_open)
@@ -103,9 +103,9 @@ def test_snapshot_confirm_overwrite(snap_compare, tmp_path) -> None:
     async def confirm_open(pilot: Pilot[object]) -> None:
         await departed(pilot)
         await pilot.press("e")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ExportDialog), 5, "the export dialog")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ExportDialog), 20, "the export dialog")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmOverwrite), 5, "the confirmation")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmOverwrite), 20, "the confirmation")
         await pilot.pause(0.2)
 
     # The path is shown in the dialog: use a fixed relative one inside tmp_path.

@@ -124,3 +124,11 @@ async def test_ordered_input_keeps_editing_keys_in_order_with_text(cls: type[Inp
         await pilot.pause(0.2)
         assert field.value == "/tmp/x.html"
         assert field.cursor_blink is False
+
+
+def test_short_command_keeps_the_program_and_the_script_names() -> None:
+    from fieldguide.tui.procscan import short_command
+
+    assert short_command("/work/main/.venv/bin/python /work/main/src/fieldguide/workloads/loader_remote_reads.py "
+                         "--lr 3e-4") == "python …/loader_remote_reads.py --lr 3e-4"
+    assert short_command("python train.py") == "python train.py"

@@ -29,7 +29,7 @@ class FieldguideApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "fieldguide"
     ENABLE_COMMAND_PALETTE = False
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (110, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "shutdown", "Quit"),
         Binding("ctrl+c", "shutdown", "Quit", show=False, priority=True),

@@ -58,7 +58,7 @@ class WalkDriver:
 
     # -- opening -----------------------------------------------------------------------------
 
-    def open(self, started: Callable[[dict[str, Any]], None]) -> Session:
+    def open(self, started: Callable[[dict[str, Any]], object]) -> Session:
         session = self._new_session()
         started(session.target.describe())
         session.wait_ready()  # a launched job: until the agent reports training steps
@@ -87,7 +87,7 @@ class WalkDriver:
         if extra_budget:
             session.runner.budget = max(session.runner.budget, session.runner.spent + EXTRA_BUDGET)
 
-    def step(self, started: Callable[[str], None]) -> tuple[NodeResult | None, bool]:
+    def step(self, started: Callable[[str], object]) -> tuple[NodeResult | None, bool]:
         """Run the walk's current node, record it on the walk's path, follow its edge."""
         assert self.session is not None
         with self.op_lock:
@@ -98,7 +98,7 @@ class WalkDriver:
             result = self.session.walk.step()
             return result, self.session.runner.cancelled.is_set()
 
-    def run_node(self, node_id: str, *, fresh: bool, started: Callable[[str], None]) -> tuple[NodeResult, bool]:
+    def run_node(self, node_id: str, *, fresh: bool, started: Callable[[str], object]) -> tuple[NodeResult, bool]:
         """Measure and judge one node without moving the walk (jump, re-run)."""
         assert self.live is not None
         with self.op_lock:
@@ -121,8 +121,8 @@ class WalkDriver:
         start = ids.index(walk.departure.node) if walk.departure.node in ids else 0
         return ids[start:]
 
-    def remeasure(self, status: Callable[[str], None],
-                  started: Callable[[str], None]) -> tuple[list[tuple[str, NodeResult | None, NodeResult]], str]:
+    def remeasure(self, status: Callable[[str], object],
+                  started: Callable[[str], object]) -> tuple[list[tuple[str, NodeResult | None, NodeResult]], str]:
         """Measure the departure's nodes again, with nothing reused. A launched job is started
         afresh first, so that a fix to its code is loaded; an attached pid is measured as it is."""
         assert self.session is not None and self.live is not None

@@ -70,6 +70,17 @@ def gpu_processes() -> tuple[dict[int, int | None], str]:
             pass
 
 
+def short_command(cmdline: str, long_arg: int = 24) -> str:
+    """A command line as a person scans it: the program's name, and long paths by their last part."""
+    parts = cmdline.split(" ")
+    if not parts or not parts[0]:
+        return cmdline
+    out = [os.path.basename(parts[0]) or parts[0]]
+    for arg in parts[1:]:
+        out.append("…/" + os.path.basename(arg) if "/" in arg and len(arg) > long_arg and os.path.basename(arg) else arg)
+    return " ".join(out)
+
+
 def _looks_like_python(name: str, cmdline: list[str]) -> bool:
     names = [name] + ([os.path.basename(cmdline[0])] if cmdline else [])
     return any(n.startswith(("python", "pypy")) for n in names if n)
@@ -117,7 +128,7 @@ class ProcessScanner:
         self._last = seen
         # DataLoader workers (children that also use torch) fold into their parent's row.
         workers: dict[int, int] = {}
-        for pid, (ppid, _) in rows.items():
+        for ppid, _ in rows.values():
             if ppid in rows:
                 workers[ppid] = workers.get(ppid, 0) + 1
         out = []

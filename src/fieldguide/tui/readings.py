@@ -12,7 +12,7 @@ class ReadingPump:
     """Probe threads `offer` readings as fast as they like; the UI is told once (`notify`)
     and `take`s the latest of each probe when it gets round to it. A burst becomes one update."""
 
-    def __init__(self, notify: Callable[[], None]) -> None:
+    def __init__(self, notify: Callable[[], object]) -> None:
         self._notify = notify
         self._lock = threading.Lock()
         self._latest: dict[str, dict[str, Any]] = {}

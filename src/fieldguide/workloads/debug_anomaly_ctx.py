@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
-CHANNELS, SEQ, BATCH = 4, 32, 32
+CHANNELS, SEQ, BATCH = 4, 24, 32
 
 
 class Forecaster(nn.Module):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -13,9 +13,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from fieldguide.tui.widgets.inputs import OrderedInput
-
 from fieldguide.tui.driver import EXPORT_SUFFIXES
+from fieldguide.tui.widgets.inputs import OrderedInput
 
 if TYPE_CHECKING:
     from textual.screen import Screen
@@ -94,7 +93,7 @@ class ConfirmOverwrite(ModalScreen[bool]):
         self.dismiss(answer)
 
 
-def start_export(screen: Screen[object], driver: WalkDriver, on_written: Callable[[Path], None] | None = None) -> None:
+def start_export(screen: Screen[Any], driver: WalkDriver, on_written: Callable[[Path], None] | None = None) -> None:
     """Ask for a path, confirm an overwrite, then write in a thread worker and say where."""
     app = screen.app
     if driver.session is None:
@@ -103,6 +102,8 @@ def start_export(screen: Screen[object], driver: WalkDriver, on_written: Callabl
     default = str(getattr(app, "export_default", DEFAULT_PATH))
 
     def write(path: Path) -> None:
+        app.export_default = str(path)  # type: ignore[attr-defined]  # offered again next time
+
         def work() -> None:
             try:
                 written, fmt, verdict = driver.export(path)
@@ -115,7 +116,6 @@ def start_export(screen: Screen[object], driver: WalkDriver, on_written: Callabl
         screen.run_worker(work, thread=True, group="export", exit_on_error=False)
 
     def done(written: Path, fmt: str, verdict: str) -> None:
-        app.export_default = str(written)  # type: ignore[attr-defined]
         app.last_export = written  # type: ignore[attr-defined]
         app.notify(f"Wrote {written}\n{FORMAT_NAMES[fmt]} report, verdict: {verdict}", title="Report exported",
                    timeout=8)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -15,13 +15,21 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Markdown, Static
 
 from fieldguide.measurement import format_value
-from fieldguide.tui.model import departure_markdown, measured_vs_expected, median, series, sparkline, top_stacks
+from fieldguide.tui.model import (
+    departure_markdown,
+    measured_vs_expected,
+    median,
+    series,
+    sparkline,
+    top_stacks,
+)
 from fieldguide.tui.widgets.live import LiveReadings
 
 if TYPE_CHECKING:
     from fieldguide.engine import Departure, NodeResult
     from fieldguide.tui.screens.walk import WalkScreen
 
+STACK_FRAMES = 3  # innermost frames shown per stack; the report has them all
 HEADLINE_VALUES = ("steps", "steps_per_second", "step_ms_median", "step_ms_p90", "data_wait_ms_median",
                    "samples", "workers", "producer", "debug_switches")
 
@@ -86,7 +94,7 @@ class DepartureScreen(Screen[None]):
         )
 
     def _evidence(self) -> Group:
-        parts: list[object] = [Text("")]
+        parts: list[RenderableType] = [Text("")]
         parts.append(Text("Evidence", style="bold underline"))
         table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
         for name in ("node", "value", "measured", "expected", ""):
@@ -107,7 +115,7 @@ class DepartureScreen(Screen[None]):
                     numbers.append(f"{name} {format_value(m.values[name], m.units.get(name, ''))}")
         if numbers:
             parts.append(Text("numbers: " + " · ".join(dict.fromkeys(numbers)), style="dim"))
-        width = max(16, min(60, self.app.size.width - 40))
+        width = max(16, min(48, self.app.size.width - 40))
         found = series(self.departure)
         step, wait = found.get("step_ms", []), found.get("data_wait_ms", [])
         if step:
@@ -128,9 +136,11 @@ class DepartureScreen(Screen[None]):
             parts.append(Text(""))
             parts.append(Text("Top stacks (main thread, innermost frame first)", style="bold"))
             for s in stacks:
-                share = s.get("share")
-                parts.append(Text.assemble((f"{share:4.0%} " if isinstance(share, (int, float)) else "     ", "bold"),
-                                           (f"{s.get('category', '')}  ", "yellow"), str(s.get("stack", ""))))
+                part = s.get("share")
+                frames = str(s.get("stack", "")).split(" ← ")
+                stack = " ← ".join(frames[:STACK_FRAMES]) + (" ← …" if len(frames) > STACK_FRAMES else "")
+                parts.append(Text.assemble((f"{part:4.0%} " if isinstance(part, (int, float)) else "     ", "bold"),
+                                           (f"{s.get('category', '')}  ", "yellow"), stack))
         provenance = [f"{r.node}: {r.measurement.provenance}" for r in self.chain
                       if r.measurement is not None and r.measurement.provenance]
         if provenance:
@@ -170,7 +180,7 @@ class DepartureScreen(Screen[None]):
                 was = format_value(old.measured.get(name), units.get(name, "")) if old else "n/a"
                 now = format_value(new.measured.get(name), units.get(name, ""))
                 table.add_row(nid if i == 0 else "", name, was, now, new.status if i == 0 else "")
-        parts: list[object] = [head, table]
+        parts: list[RenderableType] = [head, table]
         if note:
             parts.append(Text(note, style="dim"))
         parts.append(Text(""))

@@ -19,7 +19,7 @@ from textual.widgets.option_list import Option
 from fieldguide.tui.dialogs.error import ErrorDialog
 from fieldguide.tui.dialogs.launch import LaunchDialog
 from fieldguide.tui.model import TargetSpec
-from fieldguide.tui.procscan import ProcInfo, Scanner
+from fieldguide.tui.procscan import ProcInfo, Scanner, short_command
 
 if TYPE_CHECKING:
     from fieldguide.playbook import Playbook
@@ -95,11 +95,11 @@ class TargetPicker(Screen[None]):
                 keep = None
         table.clear()
         self.rows = {r.pid: r for r in event.rows}
-        cmd_width = max(20, self.size.width - 48)
+        cmd_width = max(20, self.size.width - 54)
         column = table.columns[ColumnKey("cmd")]
         column.auto_width, column.width = False, cmd_width
         for r in event.rows:
-            cmd = r.cmdline + (f"  (+{r.workers} workers)" if r.workers else "")
+            cmd = short_command(r.cmdline) + (f"  (+{r.workers} workers)" if r.workers else "")
             table.add_row(str(r.pid), r.user[:9], f"{r.cpu_percent:.0f}", f"{r.rss_mb:.0f}",
                           "" if r.gpu_mb is None else str(r.gpu_mb), _cmd_text(cmd, cmd_width), key=str(r.pid))
         if keep is not None and keep in {str(p) for p in self.rows}:
@@ -113,7 +113,7 @@ class TargetPicker(Screen[None]):
     def process_chosen(self, event: DataTable.RowSelected) -> None:
         pid = int(str(event.row_key.value))
         row = self.rows.get(pid)
-        label = f"pid {pid}" + (f" · {_cmd_text(row.cmdline, 50)}" if row else "")
+        label = f"pid {pid}" + (f" · {_cmd_text(short_command(row.cmdline), 50)}" if row else "")
         self.app.push_screen(PlaybookPicker(TargetSpec(pid=pid, label=label)))
 
     @on(OptionList.OptionSelected, "#picker-actions")

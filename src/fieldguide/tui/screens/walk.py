@@ -55,8 +55,8 @@ class WalkScreen(Screen[None]):
         Binding("n", "step", "Next", tooltip="Measure the current node (manual step)"),
         Binding("a", "toggle_auto", "Auto", tooltip="Auto-walk on / paused"),
         Binding("r", "rerun", "Re-run", tooltip="Re-run the node under the cursor"),
-        Binding("d", "departure", "Departure", show=False),
-        Binding("m", "remeasure", "Re-measure", show=False),
+        Binding("d", "departure", "Departure", tooltip="Show the departure"),
+        Binding("m", "remeasure", "Re-measure", tooltip="Measure the departure again (check a fix)"),
         Binding("e", "export", "Export"),
     ]
 
@@ -104,6 +104,15 @@ class WalkScreen(Screen[None]):
         self.panel.show_message(f"Starting {self.target_text}", self._opening_text(), live=True)
         self.playbook_tree.focus()
         self._open_worker()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The key bar shows what applies now: stepping while the walk goes on, the departure once found."""
+        walk = self.session.walk if self.session is not None else None
+        if action in ("step", "toggle_auto"):
+            return walk is None or not walk.finished
+        if action in ("departure", "remeasure"):
+            return walk is not None and walk.departure is not None
+        return True
 
     def on_unmount(self) -> None:
         if self.driver is not None:
@@ -382,6 +391,7 @@ class WalkScreen(Screen[None]):
         walk = self.session.walk
         self.app.verdict = walk.verdict  # type: ignore[attr-defined]
         self._subtitle()
+        self.refresh_bindings()
         if walk.departure is not None:
             self.playbook_tree.mark_reached(walk.departure.cause.id)
             self.action_departure()

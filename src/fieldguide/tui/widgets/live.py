@@ -75,14 +75,14 @@ class LiveReadings(Widget):
         if probe:
             elapsed, of = reading.get("elapsed"), reading.get("of")
             step, wait = reading.get("step_ms") or [], reading.get("wait_ms") or []
-            spark_w = max(6, width - label_w - 24)
+            spark_w = max(6, min(48, width - label_w - 24))
             if isinstance(elapsed, (int, float)) and isinstance(of, (int, float)) and of > 0:
                 lines.append(("progress", bar(elapsed / of, spark_w), "", f" {elapsed:4.1f}/{of:.0f} s"))
             if step:
                 top = max(step + wait)
                 med_s, med_w = median(step) or 0.0, median(wait) or 0.0
                 lines.append(("step ms", sparkline(step, spark_w, top), "cyan", f" {med_s:.1f} median"))
-                share = f" {med_w / med_s:.0%} of step" if med_s and wait else ""
+                share = f" · {med_w / med_s:.0%} of step" if med_s and wait else ""
                 lines.append(("wait ms", sparkline(wait, spark_w, top), "red", f" {med_w:.1f}{share}"))
             if self.rss:
                 lines.append(("RSS MB", sparkline(self.rss, spark_w, max(self.rss)), "magenta", f" {self.rss[-1]:.0f} MB"))
@@ -96,7 +96,7 @@ class LiveReadings(Widget):
                 out.append(f"  | {line[: width - 4]}\n", style="dim")
         if self.meter is not None:
             main, workers, n, rss = self.meter
-            spark_w = max(6, width - label_w - 24)
+            spark_w = max(6, min(48, width - label_w - 24))
             top = max(self.cpu_main + self.cpu_workers + [100.0])
             lines.append(("CPU main", sparkline(self.cpu_main, spark_w, top), "green", f" {main:3.0f}% RSS {rss:.0f} MB"))
             lines.append(("workers", sparkline(self.cpu_workers, spark_w, top) if n else "none", "blue",

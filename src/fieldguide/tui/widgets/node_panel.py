@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -61,7 +61,7 @@ class NodePanel(VerticalScroll):
         if result is not None and not measuring:
             extra = f"  {result.probe or 'no probe'} · {result.seconds:.1f} s" + (" · re-run" if rerun else "")
             title.append(extra, style="dim")
-        body: list[object] = []
+        body: list[RenderableType] = []
         if result is not None and not measuring:
             rows = measured_vs_expected(node, result)
             if rows:
