@@ -5,6 +5,8 @@ Problem: a synchronous `torch.save(model.state_dict())` + `os.fsync` on every
 step blocks the training loop on disk I/O for a large share of each step.
 """
 import os
+import signal
+import sys
 import tempfile
 import time
 
@@ -49,6 +51,8 @@ def main():
     model = ContextLM()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
+    # On SIGTERM, unwind normally so the temporary directory is removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory(prefix="fg-ckpt-") as ckpt_dir:
         deadline = time.monotonic() + SECONDS
         last_print = time.monotonic()

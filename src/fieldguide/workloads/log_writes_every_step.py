@@ -1,11 +1,13 @@
 """A 1-D conv net classifying synthetic vibration signals, with a "paranoid"
 metrics logger that makes every record durable before the next step.
 
-Problem: each step appends a JSON record and fsyncs it, and also pickles a
-dump of all weights and gradients to disk and fsyncs that too, blocking the loop on I/O.
+Problem: each step appends a JSON record and fsyncs it, then pickles all
+weights and gradients to disk and fsyncs that too, blocking the loop on I/O.
 """
 import json
 import os
+import signal
+import sys
 import pickle
 import tempfile
 import time
@@ -58,6 +60,8 @@ def main():
     )
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
+    # On SIGTERM, unwind normally so the temporary directory is removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory(prefix="fg-run-") as run_dir:
         logger = MetricsLogger(run_dir)
         deadline = time.monotonic() + SECONDS
