@@ -381,3 +381,13 @@ def test_workers_replaced_mid_window_make_idle_waits_start_up_waits():
     steady, _ = stack_values(main + workers, main, live_workers=4)
     assert steady["workers_replaced"] is False
     assert steady["startup_wait_fraction"] == pytest.approx(0.0)
+
+
+def test_record_function_in_every_optimizer_step_is_not_the_profiler():
+    from fieldguide.probes.stackclass import OPTIMIZER, PROFILER, classify_main
+
+    step = [("<module>", "train.py"), ("Optimizer.profile_hook_step.<locals>.wrapper", "torch/optim/optimizer.py"),
+            ("record_function.__exit__", "torch/autograd/profiler.py")]
+    assert classify_main(step) == OPTIMIZER
+    leftover = [("<module>", "train.py"), ("profile.__exit__", "torch/autograd/profiler.py")]
+    assert classify_main(leftover) == PROFILER

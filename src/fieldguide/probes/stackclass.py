@@ -78,7 +78,9 @@ def classify_main(stack: list[Frame]) -> str:
                           for f in stack)
             if (in_model or stack[0][0] == "walk_stack") and not tracing:
                 return ANOMALY
-        if _in(frame, *_PROFILER_FILES):
+        # record_function scopes (every optimizer step opens one) run whether or not a
+        # profiler listens; the profiler's own Python side (enter/exit, event parsing) does not.
+        if _in(frame, *_PROFILER_FILES) and "record_function" not in frame[0]:
             return PROFILER
         if _in(frame, *_IO_FILES):
             return IO

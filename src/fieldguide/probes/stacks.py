@@ -5,7 +5,7 @@ Two `py-spy record` samplers run side by side over the same window: one with
 only). py-spy's record formats drop the idle flag, so the pair is what tells a
 category's CPU share: active count / all count. `--subprocesses` covers the
 workers (`dump --json -s` would silently ignore them). `--nonblocking` so the
-target is never paused; ≤ 50 Hz in all, which cost the target < 1% here.
+target is never paused; 2 x 20 Hz (see benchmarks/overhead.py for what it costs).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class StackSample(Probe):
     id = "stacks.sample"
     title = "Sample the main thread and DataLoader workers with py-spy (idle included)"
     needs = frozenset({NEEDS_PROCESS})
-    params = {"seconds": 6.0, "rate": 25}
+    params = {"seconds": 6.0, "rate": 20}
     values = {
         "samples": "", "workers": "", "data_wait_fraction": "fraction", "startup_wait_fraction": "fraction",
         "workers_replaced": "", "producer": "", "producer_cpu_fraction": "fraction", "worker_busy_fraction": "fraction",
@@ -168,7 +168,7 @@ class StackSample(Probe):
         "optimizer_fraction": "fraction",
     }
 
-    def run(self, ctx: ProbeContext, seconds: float = 6.0, rate: int = 25) -> Measurement:
+    def run(self, ctx: ProbeContext, seconds: float = 6.0, rate: int = 20) -> Measurement:
         from fieldguide.targets import classify_py_spy_failure, py_spy_path
 
         spy = py_spy_path()
