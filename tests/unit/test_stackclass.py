@@ -57,7 +57,7 @@ BACKWARD_STACK = ["Tensor.backward (torch/_tensor.py:581)", "backward (torch/aut
                   "_engine_run_backward (torch/autograd/graph.py:825)"]
 OPTIMIZER_STACK = ["wrapper (torch/optim/optimizer.py:487)", "_use_grad (torch/optim/optimizer.py:91)",
                    "SGD.step (torch/optim/sgd.py:123)", "sgd (torch/optim/sgd.py:298)"]
-PROFILER_STACK = ["record_function.__enter__ (torch/autograd/profiler.py:750)"]
+PROFILER_STACK = ["profile.__exit__ (torch/autograd/profiler.py:434)", "_parse_kineto_results (torch/autograd/profiler.py:560)"]
 
 # A forked worker still shows the parent's frames down to the fork.
 FORK = [MODULE, *STARTUP_MAIN[:4], "Popen.__init__ (multiprocessing/popen_fork.py:19)",
