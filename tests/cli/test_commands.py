@@ -1,0 +1,55 @@
+"""The small commands: playbooks, explain, report, --version."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fieldguide import __version__
+from tests.conftest import run_fieldguide
+
+
+def test_playbooks_lists_slow_training_with_its_purpose() -> None:
+    proc = run_fieldguide("playbooks")
+    assert proc.returncode == 0
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("slow-training"))
+    assert "slower than it should" in line
+
+
+def test_version() -> None:
+    proc = run_fieldguide("--version")
+    assert proc.stdout.strip() == f"fieldguide {__version__}"
+
+
+def test_explain_prints_the_cause_page() -> None:
+    proc = run_fieldguide("explain", "input.cpu_bound")
+    assert proc.returncode == 0
+    for section in ("Why it costs", "Fix", "Verify", "persistent_workers"):
+        assert section in proc.stdout
+
+
+def test_report_renders_a_saved_json_report(tmp_path: Path) -> None:
+    from fieldguide.engine import Walk
+    from fieldguide.playbook import find_playbook
+    from fieldguide.report import findings_from_walk
+    from tests.unit.fg_fakes import (  # a real walk over constructed measurements
+        FakeMeasure,
+        healthy_values,
+    )
+
+    playbook = find_playbook("slow-training")
+    values = healthy_values()
+    values["loop.steps"] = {**values["loop.steps"], "data_wait_fraction": 0.7}
+    values["stacks.sample"] = {**values["stacks.sample"], "producer_cpu_fraction": 0.9, "data_wait_fraction": 0.7}
+    walk = Walk(playbook, lambda: {"process", "agent"}, FakeMeasure(values))
+    walk.run()
+    findings = findings_from_walk(walk, {"kind": "launch", "pid": 1, "cmdline": ["python", "t.py"]}, {})
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps(findings.to_json()))
+    proc = run_fieldguide("report", str(saved), "--format", "md")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# fieldguide report: Slow training")
+    assert "`input.cpu_bound`" in proc.stdout
+    out = tmp_path / "r.html"
+    proc = run_fieldguide("report", str(saved), "--format", "html", "--output", str(out))
+    assert proc.returncode == 0 and "<h2>" in out.read_text()
