@@ -57,7 +57,10 @@ def test_wheel_ships_playbooks(tmp_path: Path) -> None:
     # itself only from the wheel: no network, no torch download.
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Every site directory this interpreter sees (a --system-site-packages venv finds some
+    # dependencies in the base interpreter's).
+    deps = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
+    Path(site, "deps.pth").write_text("\n".join([sysconfig.get_paths()["purelib"], *deps]) + "\n")
     subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True)
     out = subprocess.run([str(env_dir / "bin" / "fieldguide"), "playbooks"], capture_output=True, text=True,
                          cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
