@@ -30,6 +30,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/mypy src/fieldguide --ignore-missing-imports
 
 screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from fieldguide import __version__
 from fieldguide.errors import EXIT_BAD_INPUT, EXIT_CANNOT_MEASURE, EXIT_INTERRUPTED, FieldguideError
@@ -14,7 +15,7 @@ EXIT_FOR_VERDICT = {"clean": 0, "departure": 1, "inconclusive": EXIT_CANNOT_MEAS
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, as for any bad input
+    def error(self, message: str) -> NoReturn:  # one line and exit 2, as for any bad input
         self.exit(EXIT_BAD_INPUT, f"fieldguide: error: {message}\n")
 
 

@@ -198,7 +198,7 @@ def _measure(raw: Any, data: LineDict, path: Path, node: str) -> tuple[MeasureOp
         if unknown:
             raise PlaybookError(path, item.line_of("expect"), f"probe {probe_id} measures no value {unknown[0]!r}; it gives: "
                                 f"{', '.join(probe_cls.values)}", node=node, field=f"{where}.expect")
-        options.append(MeasureOption(probe=probe_id, params=dict(params), expect=expectation))
+        options.append(MeasureOption(probe=str(probe_id), params=dict(params), expect=expectation))
     return tuple(options)
 
 

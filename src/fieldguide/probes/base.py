@@ -56,8 +56,9 @@ class Probe:
     params: ClassVar[dict[str, Any]] = {}
     values: ClassVar[dict[str, str]] = {}
 
-    def run(self, ctx: ProbeContext, **params: Any) -> Measurement:
-        raise NotImplementedError
+    # Each probe defines `run(self, ctx, <its params as keyword arguments>) -> Measurement`;
+    # declared as a callable attribute so that subclasses may name their own parameters.
+    run: Callable[..., Measurement]
 
     def measurement(self, **kwargs: Any) -> Measurement:
         units = {k: v for k, v in self.values.items() if v}

@@ -60,11 +60,17 @@ def describe_device(nvml: Any, index: int) -> dict[str, Any]:
     }
 
 
-def nvml_devices(nvml: Any | None = None) -> list[dict[str, Any]]:
-    """Every GPU NVML sees; raises NvmlUnavailable with the reason when it cannot be used."""
+def nvml_devices(module: Any | None = None) -> list[dict[str, Any]]:
+    """Every GPU NVML sees; raises NvmlUnavailable with the reason when it cannot be used.
+
+    `module` is pynvml, or a constructed stand-in in tests.
+    """
+    nvml: Any = module
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         except ImportError:
             raise NvmlUnavailable("nvidia-ml-py is not installed") from None
     try:

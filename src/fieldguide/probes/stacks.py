@@ -213,8 +213,8 @@ class StackSample(Probe):
         if not texts["all"].strip():
             if not ctx.target.alive():
                 return self.cannot(ctx.target.gone_reason(), provenance=provenance, seconds=elapsed)
-            err = classify_py_spy_failure(pid, errors["all"])
-            return self.cannot(str(err), provenance=provenance, seconds=elapsed)
+            failure = classify_py_spy_failure(pid, errors["all"])
+            return self.cannot(str(failure), provenance=provenance, seconds=elapsed)
         all_samples = parse_raw(texts["all"], pid)
         active_samples = parse_raw(texts["active"], pid)
         values, evidence = stack_values(all_samples, active_samples, live_workers=max(live_workers))

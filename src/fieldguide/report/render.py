@@ -104,7 +104,9 @@ def _md_inline(text: str) -> str:
 
 def _md_block(text: str) -> str:
     """A fix step: paragraphs and ``` code fences."""
-    out, code, in_code = [], [], False
+    out: list[str] = []
+    code: list[str] = []
+    in_code = False
     for line in text.strip().splitlines():
         if line.strip().startswith("```"):
             if in_code:

@@ -6,9 +6,9 @@ weights and gradients to disk and fsyncs that too, blocking the loop on I/O.
 """
 import json
 import os
+import pickle
 import signal
 import sys
-import pickle
 import tempfile
 import time
 
