@@ -8,10 +8,12 @@ the standard library until the script itself imports torch, then hooks:
 - `_BaseDataLoaderIter.__next__` (the only __next__) and `DataLoader.__iter__`:
   time waiting for each batch, and each iterator's time to its first batch.
 Records are batched and sent a few times a second as JSON lines over a Unix
-socket from a daemon thread, so the training thread only appends to lists.
+socket from a daemon thread: the training thread only appends to deques (and
+replies it prepares go to an outbox), so it never blocks on the socket.
 The job runs the same with or without the agent: every hook swallows its own errors.
 """
 
+import collections
 import json
 import os
 import select
@@ -47,13 +49,15 @@ class Agent:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(socket_path)
         self.send_lock = threading.Lock()
-        self.steps = []  # [t_end, wall_s, data_wait_s, boundary]
-        self.iters = []  # one dict per DataLoader iterator, at its first batch
+        # Appended on the training thread, drained with popleft on the agent thread: both atomic.
+        self.steps = collections.deque()  # [t_end, wall_s, data_wait_s, boundary]
+        self.iters = collections.deque()  # one dict per DataLoader iterator, at its first batch
+        self.outbox = collections.deque()  # replies prepared on the training thread
         self.last_boundary = None
         self.wait_acc = 0.0
         self.primary_optimizer = None
         self.step_count = 0
-        self.state_requests = []
+        self.state_requests = collections.deque()
         self.profile_request = None
         self.profiler = None
         self.profile_steps_left = 0
@@ -107,16 +111,30 @@ class Agent:
                         self.send({"type": "error", "error": repr(err)})
             self.flush()
             # A stalled loop never reaches a step hook: answer state requests from here.
-            if self.state_requests and time.monotonic() - self.last_step_seen > 1.0:
+            if self.state_requests and time.monotonic() - self.last_step_seen > 3.0:
                 self.sample_state(from_thread="agent")
+            if self.profile_request is not None and time.monotonic() > self.profile_request.get("_deadline", 1e18):
+                request, self.profile_request = self.profile_request, None  # fieldguide stopped waiting
+                self.send({"type": "reply", "id": request.get("id"), "error": "no training step came to profile"})
+
+    @staticmethod
+    def _drain(queue):
+        items = []
+        while queue:
+            items.append(queue.popleft())
+        return items
 
     def flush(self):
-        if self.steps:
-            steps, self.steps = self.steps, []
+        steps = self._drain(self.steps)
+        if steps:
             self.send({"type": "steps", "steps": steps})
-        if self.iters:
-            iters, self.iters = self.iters, []
+        iters = self._drain(self.iters)
+        if iters:
             self.send({"type": "iters", "iters": iters})
+        for message in self._drain(self.outbox):
+            self.send(message)
+        if not self.torch_hooked and "torch" in sys.modules and hasattr(sys.modules["torch"], "optim"):
+            self.hook_torch(sys.modules["torch"])  # a backstop if the import watcher never fired
 
     def on_request(self, request):
         kind = request.get("type")
@@ -124,12 +142,15 @@ class Agent:
             self.state_requests.append(request.get("id"))
         elif kind == "profile":
             if self.profile_request is None and self.profiler is None:
+                request["_deadline"] = time.monotonic() + float(request.get("timeout_s", 30))
                 self.profile_request = request
             else:
                 self.send({"type": "reply", "id": request.get("id"), "error": "a profile is already running"})
 
     # -- hooks on the training thread --------------------------------------------
     def boundary(self, kind):
+        if self.disabled:
+            return
         now = time.monotonic()
         self.last_step_seen = now
         if self.last_boundary is not None:
@@ -166,7 +187,7 @@ class Agent:
             self.patch_dataloader()
         except Exception:
             pass
-        self.send({"type": "torch", "torch": getattr(torch, "__version__", None),
+        self.outbox.append({"type": "torch", "torch": getattr(torch, "__version__", None),
                    "cuda": getattr(getattr(torch, "version", None), "cuda", None)})
 
     def patch_dataloader(self):
@@ -218,15 +239,18 @@ class Agent:
 
     # -- torch state ---------------------------------------------------------------
     def sample_state(self, from_thread):
-        ids, self.state_requests = self.state_requests, []
+        ids = self._drain(self.state_requests)
         state = {"sampled_on": from_thread, "step_count": self.step_count,
                  "cuda_launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING", "0") not in ("", "0"),
                  "python": sys.version.split()[0], "torch_imported": "torch" in sys.modules}
         torch = sys.modules.get("torch")
-        if torch is not None:
-            state.update(_torch_state(torch))
+        try:
+            if torch is not None:
+                state.update(_torch_state(torch))
+        except Exception as err:
+            state["error"] = repr(err)
         for request_id in ids:
-            self.send({"type": "reply", "id": request_id, "state": state})
+            self.outbox.append({"type": "reply", "id": request_id, "state": state})
 
     # -- op profile ---------------------------------------------------------------
     def profile_tick(self):
@@ -235,6 +259,12 @@ class Agent:
             return
         if self.profiler is None:
             request, self.profile_request = self.profile_request, None
+            if request is None:
+                return
+            if _profiler_enabled(torch):  # the job's own profiler is running: never fight it
+                self.outbox.append({"type": "reply", "id": request.get("id"),
+                                    "error": "a torch profiler is already active in the job"})
+                return
             try:
                 from torch.profiler import ProfilerActivity, profile
 
@@ -246,10 +276,9 @@ class Agent:
                 self.profiler._fieldguide_request = request
                 self.profile_steps_left = int(request.get("steps", 5))
                 self.profile_t0 = time.monotonic()
-                self.profile_waits = 0.0
             except Exception as err:
                 self.profiler = None
-                self.send({"type": "reply", "id": request.get("id"), "error": f"torch.profiler failed: {err!r}"})
+                self.outbox.append({"type": "reply", "id": request.get("id"), "error": f"torch.profiler failed: {err!r}"})
             return
         self.profile_steps_left -= 1
         if self.profile_steps_left > 0:
@@ -260,7 +289,7 @@ class Agent:
         try:
             profiler.__exit__(None, None, None)
         except Exception as err:
-            self.send({"type": "reply", "id": request.get("id"), "error": f"torch.profiler failed: {err!r}"})
+            self.outbox.append({"type": "reply", "id": request.get("id"), "error": f"torch.profiler failed: {err!r}"})
             return
         # Reading the events is slow: do it off the training thread.
         threading.Thread(target=self.send_profile, args=(profiler, request, wall), daemon=True).start()
@@ -273,6 +302,15 @@ class Agent:
             self.send({"type": "reply", "id": request.get("id"), "error": f"could not read the profile: {err!r}"})
 
 
+def _profiler_enabled(torch):
+    try:
+        on = bool(torch._C._autograd._profiler_enabled())
+    except Exception:
+        on = False
+    # The legacy profiler's Python-side flag is global, not per thread.
+    return on or bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+
+
 def _torch_state(torch):
     state = {"torch": getattr(torch, "__version__", None),
              "cuda": getattr(torch.version, "cuda", None)}
@@ -280,15 +318,15 @@ def _torch_state(torch):
         state["anomaly_detection"] = bool(torch.is_anomaly_enabled())
     except Exception:
         state["anomaly_detection"] = None
-    try:
-        state["autograd_profiler"] = bool(torch._C._autograd._profiler_enabled())
-    except Exception:
-        state["autograd_profiler"] = bool(getattr(torch.autograd.profiler, "_is_profiler_enabled", False))
+    state["autograd_profiler"] = _profiler_enabled(torch)
     try:
         state["deterministic_algorithms"] = bool(torch.are_deterministic_algorithms_enabled())
     except Exception:
         state["deterministic_algorithms"] = None
-    state["num_threads"] = torch.get_num_threads()
+    try:
+        state["num_threads"] = torch.get_num_threads()
+    except Exception:
+        state["num_threads"] = None
     state["sync_debug_mode"] = None
     state["cuda_initialized"] = False
     try:
@@ -325,7 +363,9 @@ def _summarize_profile(profiler, steps, wall):
         parent = event.cpu_parent
         nested = False
         while parent is not None:
-            if parent.name.startswith("aten::"):
+            # Inside another op, or inside the DataLoader (collate, a num_workers=0 dataset):
+            # loader time is taken out of the wall time, so its ops must not count either.
+            if parent.name.startswith(("aten::", "enumerate(DataLoader)")):
                 nested = True
                 break
             parent = parent.cpu_parent
@@ -355,19 +395,29 @@ def _summarize_profile(profiler, steps, wall):
 class _TorchWatcher:
     """A meta path finder that hooks torch the moment its import finishes."""
 
+    searching = False
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torch":
+        # Libraries probe with importlib.util.find_spec("torch") without importing it, so the
+        # watcher stays until torch's module code has really run.
+        if fullname != "torch" or self.searching:
             return None
         import importlib.util
 
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        self.searching = True
+        try:
+            spec = importlib.util.find_spec("torch")
+        finally:
+            self.searching = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         loader_exec = spec.loader.exec_module
+        watcher = self
 
         def exec_module(module):
             loader_exec(module)
+            if watcher in sys.meta_path:
+                sys.meta_path.remove(watcher)
             if _agent is not None:
                 _agent.hook_torch(module)
 

@@ -25,7 +25,9 @@ class OpProfile(Probe):
         assert ctx.target.agent is not None
         started = time.monotonic()
         ctx.on_reading({"probe": self.id, "status": f"profiling {steps} steps with torch.profiler"})
-        reply = ctx.target.agent.request("profile", timeout=min(timeout, max(ctx.budget_left, 5.0)), steps=steps)
+        wait = min(timeout, max(ctx.budget_left, 5.0))
+        # The agent drops the request past `timeout`, so a late profile never slows later nodes.
+        reply = ctx.target.agent.request("profile", timeout=wait, steps=steps, timeout_s=wait)
         elapsed = time.monotonic() - started
         if "error" in reply:
             reason = ctx.target.gone_reason() if not ctx.target.alive() else reply["error"]

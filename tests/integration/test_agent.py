@@ -1,0 +1,48 @@
+"""The in-process agent in a real launched job: it sees steps, and the job runs as without it."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fieldguide.targets import LaunchTarget
+
+pytestmark = pytest.mark.integration
+
+JOB = textwrap.dedent("""
+    import importlib.util, os, sys, time
+    # Libraries probe for torch before importing it; the agent must still hook the real import.
+    assert importlib.util.find_spec("torch") is not None
+    import torch
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    end = time.monotonic() + float(sys.argv[1])
+    steps = 0
+    while time.monotonic() < end:
+        loss = model(torch.randn(4, 8)).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        steps += 1
+    print("done", steps, "sitecustomize" in sys.modules, flush=True)
+    sys.exit(7)
+""")
+
+
+def test_agent_hooks_torch_after_a_find_spec_probe_and_keeps_the_jobs_behaviour(tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    target = LaunchTarget([sys.executable, str(script), "3"])
+    try:
+        target.wait_ready(timeout=30)
+        conn = target.agent.primary()
+        assert conn is not None and conn.steps_total >= 3
+        assert conn.torch.get("torch")
+        reply = target.agent.request("state", timeout=10)
+        assert reply["state"]["anomaly_detection"] is False
+        assert target.popen.wait(timeout=30) == 7  # its own exit status
+    finally:
+        target.close()
+    assert any(line.startswith("done ") for line in target.log_tail())  # its output is kept
+    assert not Path(target._dir).exists()  # the private directory is gone
