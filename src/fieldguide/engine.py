@@ -102,7 +102,7 @@ class Walk:
         self.current: str | None = playbook.start
         self.departure: Departure | None = None
         self.conclusion: str | None = None
-        self.inconclusive_reason: str = ""
+        self.caveat: str = ""  # what a clean or inconclusive verdict does not cover, and why
         self._departed_at: NodeResult | None = None
 
     @property
@@ -152,7 +152,7 @@ class Walk:
                 on_result(result)
 
     def _stop_inconclusive(self, reason: str) -> None:
-        self.inconclusive_reason = reason
+        self.caveat = reason
         self.current = None
 
     def _follow(self, edge: Edge) -> None:
@@ -163,10 +163,14 @@ class Walk:
         if edge.kind == "leaf":
             self.conclusion = edge.target
             errors = [r for r in self.path if r.status == ERROR]
+            skipped = [r.node for r in self.path if r.status == SKIP]
+            if skipped and not errors:
+                self.caveat = (f"not measured on this target: {', '.join(skipped)} "
+                                            "(see each node's note); the clean verdict covers the rest")
             if errors:
-                self.inconclusive_reason = "could not measure " + "; ".join(f"{r.node} ({r.note})" for r in errors)
+                self.caveat = "could not measure " + "; ".join(f"{r.node} ({r.note})" for r in errors)
             elif self.verdict == INCONCLUSIVE:
-                self.inconclusive_reason = "no node could be measured on this target"
+                self.caveat = "no node could be measured on this target"
             return
         cause = self.playbook.causes[edge.target]
         where = self._departed_at or self.path[-1]
@@ -177,7 +181,8 @@ class Walk:
         evidence: dict[str, Any] = {}
         values: dict[str, Any] = {}
         for r in self.path[start:]:
-            measured.update(r.measured)
+            for name, value in r.measured.items():
+                measured.setdefault(name, value)
             if r.measurement is not None:
                 # The node that measured a value first speaks for it (the loop's own timing
                 # over a stack sampler's estimate of the same quantity).
@@ -220,12 +225,13 @@ class ProbeRunner:
             self.cache = {k: v for k, v in self.cache.items() if probe_id is not None and k[0] != probe_id}
 
     def measure_probe(self, probe_id: str, params: dict[str, Any]) -> Measurement:
-        key = (probe_id, repr(sorted(params.items())))
+        probe_cls = registry.get(probe_id)
+        merged = {**(probe_cls.params if probe_cls else {}), **params}
+        key = (probe_id, repr(sorted(merged.items())))
         with self._lock:
             if key in self.cache:
                 # Reused: this node spent no time measuring.
                 return dataclasses.replace(self.cache[key], seconds=0.0, reused=True)
-            probe_cls = registry.get(probe_id)
             if probe_cls is None:
                 return Measurement.cannot(probe_id, f"unknown probe {probe_id}")
             if self.spent >= self.budget:
@@ -235,7 +241,7 @@ class ProbeRunner:
             started = self._time.monotonic()
             self._depth += 1
             try:
-                measurement = probe_cls().run(self._context(), **{**probe_cls.params, **params})
+                measurement = probe_cls().run(self._context(), **merged)
             except Exception as err:  # a probe bug must not end the walk: it is a reading with its reason
                 measurement = Measurement.cannot(probe_id, f"probe failed: {type(err).__name__}: {err}")
             finally:
@@ -244,6 +250,6 @@ class ProbeRunner:
             measurement.seconds = measurement.seconds or elapsed
             if self._depth == 0:
                 self.spent += elapsed
-            if measurement.ok or not self.cancelled.is_set():
+            if not self.cancelled.is_set():  # a cut-short window must not stand for a full one
                 self.cache[key] = measurement
             return measurement

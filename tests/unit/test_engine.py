@@ -198,7 +198,7 @@ def test_local_target_skips_everything_and_is_inconclusive(walk_with):
     assert statuses(walk) == [(n, SKIP) for n in ALL_NODES]
     assert fake.calls == []
     assert walk.verdict == INCONCLUSIVE
-    assert walk.inconclusive_reason == "no node could be measured on this target"
+    assert walk.caveat == "no node could be measured on this target"
     assert "needs a target process (--pid or -- CMD)" in walk.path[1].note
 
 
@@ -215,7 +215,7 @@ def test_every_probe_cannot_measure_gives_errors_and_inconclusive(walk_with):
     assert all(r.measured == {} and r.probe is None for r in walk.path)
     assert walk.verdict == INCONCLUSIVE
     assert walk.departure is None
-    assert walk.inconclusive_reason.startswith("could not measure env.debug-flags (torch.flags: the agent")
+    assert walk.caveat.startswith("could not measure env.debug-flags (torch.flags: the agent")
 
 
 def test_error_keeps_walking_but_a_leaf_past_an_error_is_not_clean(walk_with):
@@ -225,7 +225,7 @@ def test_error_keeps_walking_but_a_leaf_past_an_error_is_not_clean(walk_with):
     assert [s for _, s in statuses(walk)[1:]] == [PASS] * 4
     assert walk.conclusion == "device.compute_bound"
     assert walk.verdict == INCONCLUSIVE  # the debug switches were never ruled out
-    assert "env.debug-flags (torch.flags: torch not imported" in walk.inconclusive_reason
+    assert "env.debug-flags (torch.flags: torch not imported" in walk.caveat
 
 
 def test_first_option_error_second_option_decides(walk_with):
@@ -256,8 +256,8 @@ def test_departure_whose_cause_node_errors_is_inconclusive(walk_with):
     assert statuses(walk)[-1] == ("input.producer", ERROR)
     assert walk.finished
     assert walk.verdict == INCONCLUSIVE and walk.departure is None
-    assert walk.inconclusive_reason.startswith("input.producer could not decide the cause: ")
-    assert "ptrace not permitted" in walk.inconclusive_reason
+    assert walk.caveat.startswith("input.producer could not decide the cause: ")
+    assert "ptrace not permitted" in walk.caveat
 
 
 def test_skip_then_error_is_an_error_with_both_reasons(walk_with):

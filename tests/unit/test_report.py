@@ -148,10 +148,17 @@ def test_inconclusive_findings_carry_the_reason(walk_with, env):
     assert all(s["status"] == "error" and s["note"] for s in data["path"])
 
 
-def test_a_given_note_wins_over_the_inconclusive_reason(walk_with, env):
+def test_a_given_note_comes_first_then_the_caveat(walk_with, env):
     walk, _ = walk_with(base={p: Measurement.cannot(p, "x") for p in healthy_values()})
     findings = findings_from_walk(walk, TARGET, env, note="interrupted by the user")
-    assert findings.note == "interrupted by the user"
+    assert findings.note.startswith("interrupted by the user; could not measure env.debug-flags")
+
+
+def test_a_clean_attach_walk_says_what_it_did_not_measure(walk_with, env):
+    walk, _ = walk_with(caps=frozenset({"process"}))
+    findings = findings_from_walk(walk, TARGET, env)
+    assert findings.verdict == "clean"
+    assert findings.note.startswith("not measured on this target: host.overhead")
 
 
 def test_from_json_round_trips(departure):

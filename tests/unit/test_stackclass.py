@@ -375,10 +375,10 @@ def test_workers_replaced_mid_window_make_idle_waits_start_up_waits():
                          ("Module._call_impl", "torch/nn/modules/module.py")], 60)]
     idle = [("_worker_loop", "torch/utils/data/_utils/worker.py"), ("Queue.get", "multiprocessing/queues.py")]
     workers = [ThreadSample(pid, "worker", "MainThread", idle, 50) for pid in (11, 12, 13, 14)]
-    churned, _ = stack_values(main + workers, main, live_workers=2)
+    churned, _ = stack_values(main + workers, main, alive_at_end={13, 14})
     assert churned["workers_replaced"] is True
     assert churned["startup_wait_fraction"] == pytest.approx(0.4)
-    steady, _ = stack_values(main + workers, main, live_workers=4)
+    steady, _ = stack_values(main + workers, main, alive_at_end={11, 12, 13, 14})
     assert steady["workers_replaced"] is False
     assert steady["startup_wait_fraction"] == pytest.approx(0.0)
 
@@ -391,3 +391,17 @@ def test_record_function_in_every_optimizer_step_is_not_the_profiler():
     assert classify_main(step) == OPTIMIZER
     leftover = [("<module>", "train.py"), ("profile.__exit__", "torch/autograd/profiler.py")]
     assert classify_main(leftover) == PROFILER
+
+
+def test_children_that_are_not_dataloader_workers_are_not_counted_as_workers():
+    from fieldguide.probes.stackclass import ThreadSample
+    from fieldguide.probes.stacks import stack_values
+
+    main = [ThreadSample(1, "main", "MainThread", [("<module>", "t.py"),
+                         ("Module._call_impl", "torch/nn/modules/module.py")], 50)]
+    compile_worker = [ThreadSample(9, "worker", "MainThread", [("<module>", "torch/_inductor/compile_worker/__main__.py"),
+                                   ("wait", "multiprocessing/connection.py")], 50)]
+    values, _ = stack_values(main + compile_worker, main, alive_at_end=set())
+    assert values["workers"] == 0
+    assert values["startup_wait_fraction"] == 0.0
+    assert values["workers_replaced"] is False

@@ -151,6 +151,8 @@ def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
         if not isinstance(target, str) or target.count(".") != 1:
             raise PlaybookError(path, line, f"{kind} must be an id of the form area.name", node=node, field=key)
         summary = raw.get("summary")
+        if summary is not None and not isinstance(summary, str):
+            raise PlaybookError(path, line, "summary must be text", node=node, field=f"{key}.summary")
         if summary is not None:
             try:
                 template_fields(str(summary))
@@ -251,6 +253,9 @@ def load_playbook(path: Path) -> Playbook:
             if edge.kind == "cause" and edge.target not in causes:
                 raise PlaybookError(path, line, f"unknown cause {edge.target!r} (no page in {CAUSES_FILE})",
                                     node=node.id, field=key)
+            if edge.kind == "cause" and key == "error":
+                raise PlaybookError(path, line, "a node that could not measure cannot name a cause; "
+                                    "lead it to another node or a leaf", node=node.id, field=key)
             if edge.kind == "leaf" and key == "depart":
                 raise PlaybookError(path, line, "a departure cannot lead to a healthy leaf", node=node.id, field=key)
             if edge.kind == "leaf" and edge.target not in leaves:

@@ -30,6 +30,9 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
     mapping.line = node.start_mark.line + 1
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            raise yaml.MarkedYAMLError(problem="a key must be a plain value, not a list or mapping",
+                                       problem_mark=key_node.start_mark)
         if key in mapping:
             raise yaml.MarkedYAMLError(
                 problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark

@@ -157,13 +157,21 @@ class StackSummary:
         return sum(self.worker_all.get(c, 0) for c in categories) / total if total else None
 
 
+def dataloader_worker_pids(samples: list[ThreadSample]) -> set[int]:
+    """Child processes that are DataLoader workers: their stacks run through torch.utils.data
+    (a forked worker also shows the parent's frames down to the fork). Other children
+    (ranks, compile workers, helpers) are not workers."""
+    return {s.pid for s in samples if s.role == "worker" and any("torch/utils/data/" in f[1] for f in s.stack)}
+
+
 def summarize(all_samples: list[ThreadSample], active_samples: list[ThreadSample]) -> StackSummary:
     """Fold samples taken with --idle (all) and without (on-CPU only) into one summary."""
     summary = StackSummary()
+    workers_seen = dataloader_worker_pids(all_samples) | dataloader_worker_pids(active_samples)
     for samples, main, workers in ((all_samples, summary.main_all, summary.worker_all),
                                    (active_samples, summary.main_active, summary.worker_active)):
         for s in samples:
-            if s.thread != "MainThread":
+            if s.thread != "MainThread" or (s.role == "worker" and s.pid not in workers_seen):
                 continue
             s.category = classify_main(s.stack) if s.role == "main" else classify_worker(s.stack)
             bucket = main if s.role == "main" else workers

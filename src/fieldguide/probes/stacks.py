@@ -84,11 +84,11 @@ def _short(stack: list[tuple[str, str]], keep: int = 5) -> str:
 
 
 def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSample],
-                 live_workers: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                 alive_at_end: set[int] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The named values and the evidence, from parsed samples of both samplers.
 
-    `live_workers` is the most worker processes alive at once (psutil, at the window's ends);
-    more distinct worker pids than that in the samples means workers were replaced mid-window.
+    `alive_at_end` holds the pids alive when sampling ended; a sampled worker not among
+    them was replaced mid-window (workers restarted each epoch).
     """
     summary = summarize(all_samples, active_samples)
     total = summary.main_total
@@ -101,7 +101,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     # (spawning, worker_init_fn, not yet born); otherwise only samples of workers in their
     # start-up count. Steady starvation shows workers busy in __getitem__ while the main thread waits.
     main_startup = share(STARTUP)
-    churn = live_workers is not None and len(summary.worker_pids) > live_workers
+    churn = alive_at_end is not None and bool(summary.worker_pids - alive_at_end)
     worker_idle_share = 1.0 - (summary.worker_share(PRODUCE) or 0.0) if churn else (summary.worker_share(STARTUP) or 0.0)
     lifecycle_wait = (share(DATA_WAIT) or 0.0) * worker_idle_share if summary.worker_total else 0.0
     values["startup_wait_fraction"] = None if main_startup is None else main_startup + lifecycle_wait
@@ -144,13 +144,13 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     return values, evidence
 
 
-def _live_children(pid: int) -> int:
+def _descendants(pid: int) -> set[int]:
     import psutil
 
     try:
-        return len(psutil.Process(pid).children(recursive=True))
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
     except psutil.Error:
-        return 0
+        return set()
 
 
 @register
@@ -178,7 +178,6 @@ class StackSample(Probe):
         if pid is None:
             return self.cannot("no target process")
         seconds = max(1.0, min(seconds, ctx.budget_left))
-        live_workers = [_live_children(pid)]
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="fieldguide-spy-") as tmp:
             outputs = {kind: Path(tmp) / f"{kind}.txt" for kind in ("all", "active")}
@@ -208,7 +207,7 @@ class StackSample(Probe):
                 errors[kind] = err or ""
             texts = {kind: out.read_text() if out.exists() else "" for kind, out in outputs.items()}
         elapsed = time.monotonic() - started
-        live_workers.append(_live_children(pid))
+        alive_at_end = _descendants(pid)
         provenance = f"py-spy record --idle / on-CPU, {rate} Hz each, {seconds:.0f} s, --subprocesses --nonblocking"
         if not texts["all"].strip():
             if not ctx.target.alive():
@@ -217,7 +216,10 @@ class StackSample(Probe):
             return self.cannot(str(failure), provenance=provenance, seconds=elapsed)
         all_samples = parse_raw(texts["all"], pid)
         active_samples = parse_raw(texts["active"], pid)
-        values, evidence = stack_values(all_samples, active_samples, live_workers=max(live_workers))
+        if procs["active"].returncode not in (0, None) and not texts["active"].strip():
+            return self.cannot("py-spy's on-CPU sampler failed: " + (errors["active"].strip().splitlines() or ["?"])[-1],
+                               provenance=provenance, seconds=elapsed)
+        values, evidence = stack_values(all_samples, active_samples, alive_at_end=alive_at_end)
         if not values["samples"]:
             return self.cannot("py-spy saw no samples of the main thread", provenance=provenance, seconds=elapsed)
         return self.measurement(values=values, evidence=evidence, provenance=provenance, seconds=elapsed)

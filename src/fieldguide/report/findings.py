@@ -100,8 +100,8 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
                          "values": r.measurement.values}
                 for r in walk.path if r.measurement is not None}
     conclusion = walk.conclusion if walk.verdict == "clean" else None
-    if walk.verdict == "inconclusive" and not note:
-        note = walk.inconclusive_reason
+    if walk.caveat and walk.verdict != "departure":
+        note = f"{note}; {walk.caveat}" if note else walk.caveat
     target = dict(target)
     target["cmdline"] = redact_argv([str(a) for a in target.get("cmdline", [])])
     return Findings(

@@ -400,7 +400,7 @@ class WalkScreen(Screen[None]):
             self.playbook_tree.move_to(walk.conclusion)
             self.notify(f"Clean: the walk reached the healthy leaf {walk.conclusion}.", title="Walk over", timeout=8)
         else:
-            self.notify(walk.inconclusive_reason or "The walk could not measure what it needed.",
+            self.notify(walk.caveat or "The walk could not measure what it needed.",
                         title="Inconclusive", severity="warning", timeout=10)
 
     # -- actions ---------------------------------------------------------------------------------------
