@@ -55,7 +55,18 @@ class Session:
 
     def read_environment(self) -> None:
         env = self.runner.measure_probe("env.versions", {})
-        self.environment = environment_from(env.values, env.evidence.get("gpus", []))
+        self.environment = environment_from(env.values, env.evidence.get("gpus", []), self._target_environ())
+
+    def _target_environ(self) -> dict[str, str] | None:
+        """The job's own environment variables (an attached job's differ from ours)."""
+        if self.target.pid is None:
+            return None
+        import psutil
+
+        try:
+            return dict(psutil.Process(self.target.pid).environ())
+        except psutil.Error:
+            return None
 
     def run(self, on_result: Callable[[NodeResult], None] | None = None) -> Findings:
         self.wait_ready()

@@ -356,3 +356,18 @@ def test_report_fix_steps_are_the_cause_pages_verbatim(departure, slow_training)
     cause = slow_training.causes["input.waiting"]
     assert data["first_departure"]["fix"] == list(cause.fix)
     assert data["first_departure"]["verify"] == cause.verify
+
+
+def test_secrets_inside_one_argument_and_in_log_lines_are_redacted(walk_with, env):
+    walk, _ = walk_with()
+    target = {"kind": "launch", "pid": 1, "cmdline": ["bash", "-c", "python train.py --token abc123def"]}
+    log = ["Authorization: Bearer abcdefghijk123", "OPENAI_KEY=sk9s8d7f6", "DB_PWD=hunter2",
+           "--password hunter2 given"]
+    text = json.dumps(findings_from_walk(walk, target, env, log_tail=log).to_json())
+    for secret in ("abc123def", "abcdefghijk123", "sk9s8d7f6", "hunter2"):
+        assert secret not in text
+
+
+def test_environment_variables_come_from_the_target_and_are_redacted():
+    env = environment_from({}, [], {"CUDA_VISIBLE_DEVICES": "0", "HF_TOKEN": "hf_x", "HOME": "/root"})
+    assert env["variables"] == {"CUDA_VISIBLE_DEVICES": "0", "HF_TOKEN": "[redacted]"}

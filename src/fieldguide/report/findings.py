@@ -64,7 +64,10 @@ class Findings:
                    units=data.get("units", {}))
 
 
-def environment_from(measurement_values: dict[str, Any], gpus: list[dict[str, Any]]) -> dict[str, Any]:
+def environment_from(measurement_values: dict[str, Any], gpus: list[dict[str, Any]],
+                     variables: dict[str, str] | None = None) -> dict[str, Any]:
+    """The report's environment; `variables` is the target's environment (ours if None)."""
+    source = os.environ if variables is None else variables
     return {
         "python": measurement_values.get("python"),
         "torch": measurement_values.get("torch"),
@@ -72,7 +75,7 @@ def environment_from(measurement_values: dict[str, Any], gpus: list[dict[str, An
         "cpu_cores": measurement_values.get("cpu_cores"),
         "nvml": measurement_values.get("nvml"),
         "gpus": gpus,
-        "variables": redact_env({k: v for k, v in os.environ.items() if k.startswith(RELEVANT_ENV_PREFIXES)}),
+        "variables": redact_env({k: v for k, v in source.items() if k.startswith(RELEVANT_ENV_PREFIXES)}),
     }
 
 

@@ -6,15 +6,20 @@ import re
 from typing import Any
 
 REDACTED = "[redacted]"
-_SECRET_NAME = re.compile(r"(token|secret|passw(or)?d|passwd|api[_-]?key|access[_-]?key|private[_-]?key|"
-                          r"credential|auth|session[_-]?key|\bpwd\b|[_-]key$|^key$)", re.I)
+# One list of what a secret is called, for names (env vars, flags) and for names inside text.
+_WORDS = (r"token|secret|passw(?:or)?d|passwd|pwd|api[_-]?key|access[_-]?key|private[_-]?key|credential|"
+          r"auth\w*|session[_-]?key|[a-z0-9]+[_-]key")
+_SECRET_NAME = re.compile(rf"({_WORDS}|^key$)", re.I)
 # Values that are secrets whatever they are called.
 _SECRET_VALUE = re.compile(
     r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_\-]{20,}|ghp_[A-Za-z0-9]{20,}|gh[ousr]_[A-Za-z0-9]{20,}|"
     r"xox[abpr]-[A-Za-z0-9\-]{10,}|AKIA[0-9A-Z]{16}|eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]+|"
     r"wandb_[A-Za-z0-9]{20,}|[A-Za-z0-9]{40,})")
-_ASSIGNMENT = re.compile(r"(?P<name>[A-Za-z0-9_\-\.]*(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|credential)[A-Za-z0-9_\-\.]*)"
-                         r"(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|\S+)", re.I)
+_ASSIGNMENT = re.compile(rf"(?P<name>[\w.\-]*(?:{_WORDS})[\w.\-]*)(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|\S+)",
+                         re.I)
+# `--token VALUE` inside one string (a `bash -c "..."` argument, a log line).
+_FLAG = re.compile(rf"(?P<name>--?[\w.\-]*(?:{_WORDS})[\w.\-]*)(?P<sep>\s+)(?P<value>[^\s-]\S*)", re.I)
+_BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{8,}", re.I)
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)([^@\s/]+)(@)")
 
 
@@ -23,7 +28,9 @@ def is_secret_name(name: str) -> bool:
 
 
 def redact_text(text: str) -> str:
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _ASSIGNMENT.sub(lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}", text)
+    text = _FLAG.sub(lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}", text)
     text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
     return _SECRET_VALUE.sub(REDACTED, text)
 
