@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -89,14 +90,17 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
     if args.command == "demo":
         from fieldguide.session import demo_command
 
-        if args.no_tui or not sys.stdout.isatty():
+        if args.no_tui or not sys.stdout.isatty() or args.report or args.budget:
             return _diagnose_headless("slow-training", None, demo_command(), args.report, args.format,
                                       args.budget, show_output=False)
         return _tui(None, demo_command(), "slow-training", demo=True)
     if args.command == "diagnose":
         if (args.pid is None) == (not cmd):
             raise FieldguideError("diagnose needs exactly one target: --pid PID or -- CMD [ARGS...]")
-        if args.no_tui or not sys.stdout.isatty():
+        # Asking for a report file, a budget or the job's output means a headless run (the TUI
+        # exports from its own dialog).
+        headless = args.no_tui or not sys.stdout.isatty() or args.report or args.budget or args.show_output
+        if headless:
             return _diagnose_headless(args.playbook, args.pid, cmd, args.report, args.format, args.budget,
                                       show_output=args.show_output)
         return _tui(args.pid, cmd, args.playbook)
@@ -106,8 +110,11 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
 def _list_playbooks() -> int:
     from fieldguide.playbook import list_playbooks
 
-    for playbook in list_playbooks():
+    problems: list[str] = []
+    for playbook in list_playbooks(problems):
         print(f"{playbook.id:<22} {playbook.purpose}")
+    for problem in problems:
+        print(f"fieldguide: skipped a malformed playbook: {problem}", file=sys.stderr)
     return 0
 
 
@@ -123,9 +130,15 @@ def _render_saved(args: argparse.Namespace) -> int:
         raise FieldguideError(f"cannot read {args.path}: {err.strerror}") from None
     except (ValueError, KeyError, TypeError) as err:
         raise FieldguideError(f"{args.path} is not a fieldguide JSON report ({err})") from None
-    text = render(findings, args.format)
+    try:
+        text = render(findings, args.format)
+    except (KeyError, TypeError, ValueError) as err:
+        raise FieldguideError(f"{args.path} is not a complete fieldguide report ({type(err).__name__}: {err})") from None
     if args.output:
-        args.output.write_text(text)
+        try:
+            args.output.write_text(text)
+        except OSError as err:
+            raise FieldguideError(f"cannot write {args.output}: {err.strerror}") from None
     else:
         sys.stdout.write(text)
     return 0
@@ -156,15 +169,18 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
     from fieldguide.report.summary import summary_renderable
     from fieldguide.session import DEFAULT_BUDGET, Session, open_target
 
-    playbook = find_playbook(playbook_id)  # bad playbooks fail before anything starts
-    if budget is not None and budget <= 0:
+    playbook = find_playbook(playbook_id)  # bad playbooks and report paths fail before anything starts
+    if budget is not None and not (math.isfinite(budget) and budget > 0):
         raise FieldguideError("--budget must be a positive number of seconds")
+    if report is not None:
+        check_writable(report)
     err = Console(stderr=True, highlight=False)
     echo = (lambda line: print(f"  | {line}", file=sys.stderr)) if show_output else None
-    target = open_target(pid, cmd, echo=echo)
-    session = Session(playbook, target, budget=budget or DEFAULT_BUDGET)
     interrupted = False
+    target = None
     try:
+        target = open_target(pid, cmd, echo=echo)
+        session = Session(playbook, target, budget=budget or DEFAULT_BUDGET)
         where = f"pid {target.pid}" if pid else " ".join(cmd)
         err.print(f"[bold]fieldguide[/] {playbook.id} on {target.kind} {where}")
 
@@ -182,14 +198,29 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
             session.cancel(f"interrupted by the user (Ctrl-C) at node {current}; the report is partial")
             findings = session.findings()
     finally:
-        target.close()
+        if target is not None:
+            target.close()
     Console(highlight=False).print(summary_renderable(findings))
     if report is not None:
-        path = write_report(findings, report, fmt)
+        try:
+            path = write_report(findings, report, fmt)
+        except OSError as failure:
+            raise FieldguideError(f"cannot write the report to {report}: {failure.strerror}") from None
         err.print(f"report written to {path}")
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FOR_VERDICT[findings.verdict]
+
+
+def check_writable(path: Path) -> None:
+    """A report path that cannot be written fails now, not after a minute of measuring."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise FieldguideError(f"--report {path} is a directory")
+    if not parent.is_dir():
+        raise FieldguideError(f"--report {path}: no such directory {parent}")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise FieldguideError(f"--report {path} is not writable")
 
 
 def _tui(pid: int | None, cmd: list[str], playbook_id: str | None, demo: bool = False) -> int:

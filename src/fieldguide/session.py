@@ -50,8 +50,8 @@ class Session:
         self.walk = Walk(self.playbook, self.target.capabilities, self.runner)
 
     def wait_ready(self) -> None:
-        if isinstance(self.target, LaunchTarget):
-            self.target.wait_ready(timeout=READY_TIMEOUT)
+        if isinstance(self.target, LaunchTarget) and not self.target.wait_ready(timeout=READY_TIMEOUT):
+            self.note = self.target.not_ready_reason(READY_TIMEOUT)
 
     def read_environment(self) -> None:
         env = self.runner.measure_probe("env.versions", {})

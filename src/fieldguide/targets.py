@@ -133,6 +133,8 @@ class AttachTarget(Target):
 
     def __init__(self, pid: int):
         self._pid = pid
+        if pid <= 0:
+            raise BadInput(f"--pid must be a positive process id, not {pid}")
         try:
             self.proc = psutil.Process(pid)
             uid = self.proc.uids().real
@@ -152,8 +154,11 @@ class AttachTarget(Target):
             except (KeyError, ImportError):
                 owner = str(uid)
             raise BadInput(f"pid {pid} belongs to another user ({owner}); attach to your own processes, or run as root")
-        if not looks_like_python(self.proc):
-            raise BadInput(f"pid {pid} is not a Python process ({self.proc.name()})")
+        try:
+            if not looks_like_python(self.proc):
+                raise BadInput(f"pid {pid} is not a Python process ({self.proc.name()})")
+        except psutil.NoSuchProcess:
+            raise BadInput(f"pid {pid} exited while fieldguide was checking it") from None
         denial = ptrace_denial()
         if denial:
             raise BadInput(denial)
@@ -200,7 +205,12 @@ class LaunchTarget(Target):
         if shutil.which(cmd[0]) is None:
             raise TargetFailed(f"command not found: {cmd[0]}")
         self._dir = Path(tempfile.mkdtemp(prefix="fieldguide-"))  # mode 0700: private to this user
-        self.agent = AgentServer(self._dir)
+        self._closed = False
+        try:
+            self.agent = AgentServer(self._dir)
+        except OSError as err:  # e.g. a socket path over 108 bytes under a long $TMPDIR
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise TargetFailed(f"cannot open the agent channel in {self._dir}: {err.strerror or err}") from None
         boot = self._dir / "boot"
         boot.mkdir()
         write_bootstrap(boot)
@@ -219,6 +229,7 @@ class LaunchTarget(Target):
                                           stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
         except OSError as err:
             self.agent.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
             raise TargetFailed(f"cannot start {cmd[0]}: {err.strerror}") from None
         self._reader = threading.Thread(target=self._read_output, name="fieldguide-target-output", daemon=True)
         self._reader.start()
@@ -233,19 +244,31 @@ class LaunchTarget(Target):
             if self._echo is not None:
                 self._echo(line)
 
-    def wait_ready(self, timeout: float, min_steps: int = 3) -> None:
-        """Wait until the agent reports training steps; fail (exit 3) if the command exits first."""
+    def wait_ready(self, timeout: float, min_steps: int = 3) -> bool:
+        """Wait until the agent reports training steps; fail (exit 3) if the command exits first.
+
+        False when the time ran out with no steps (the walk goes on and says so)."""
         assert self.agent is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             conn = self.agent.primary()
             if conn is not None and conn.steps_total >= min_steps:
-                return
+                return True
             if self.popen.poll() is not None:
                 self._reader.join(timeout=2)
                 raise TargetFailed(f"{self.cmd[0]} exited with status {self.popen.returncode} before it could be "
                                    "measured", detail=self.log_tail(8))
             time.sleep(0.05)
+        return False
+
+    def not_ready_reason(self, timeout: float) -> str:
+        conn = self.agent.primary() if self.agent else None
+        if conn is None:
+            return (f"the agent did not load within {timeout:.0f} s (not a Python command, or run with -I/-E, "
+                    "which ignore PYTHONPATH); only outside probes could measure")
+        if not conn.torch:
+            return f"the job had not imported torch within {timeout:.0f} s"
+        return f"no training step (optimizer.step or DataLoader batch) within {timeout:.0f} s"
 
     @property
     def pid(self) -> int:
@@ -279,7 +302,22 @@ class LaunchTarget(Target):
         return f"the target exited (status {code}) mid-probe" if code is not None else "the target exited mid-probe"
 
     def close(self) -> None:
-        """SIGINT (Python's KeyboardInterrupt: the job's own cleanup runs), then SIGTERM, then SIGKILL."""
+        """SIGINT (Python's KeyboardInterrupt: the job's own cleanup runs), then SIGTERM, then SIGKILL.
+
+        Idempotent; a second Ctrl-C while it runs does not cut the escalation short."""
+        if self._closed:
+            return
+        self._closed = True
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self._end_job()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _end_job(self) -> None:
         if self.popen.poll() is None:
             for sig, wait in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
                 try:

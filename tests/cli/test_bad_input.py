@@ -178,3 +178,34 @@ def test_ctrl_c_ends_the_launched_target_and_writes_a_partial_report(tmp_path: P
     assert data["verdict"] in ("inconclusive", "departure", "clean")
     gone = psutil.wait_procs(children, timeout=10)[1]
     assert not gone, f"launched target still running: {gone}"
+
+
+def test_negative_pid() -> None:
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--pid", "-1")
+    assert_one_line_error(proc, 2, "positive process id")
+
+
+def test_report_path_that_cannot_be_written_fails_before_measuring(tmp_path: Path) -> None:
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--report", str(tmp_path / "no" / "r.json"),
+                          "--", sys.executable, "-c", "pass")
+    assert_one_line_error(proc, 2, "no such directory")
+
+
+def test_budget_must_be_finite() -> None:
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--budget", "inf", "--", sys.executable, "-c", "pass")
+    assert_one_line_error(proc, 2, "--budget")
+
+
+def test_saved_report_missing_fields(tmp_path: Path) -> None:
+    bad = tmp_path / "r.json"
+    bad.write_text('{"playbook": "slow-training", "verdict": "departure", "path": [{"node": "a", "status": "pass"}]}')
+    proc = run_fieldguide("report", str(bad))
+    assert_one_line_error(proc, 2, "is not a fieldguide JSON report")
+
+
+def test_a_malformed_playbook_of_the_users_is_skipped_in_the_listing(tmp_path: Path) -> None:
+    (tmp_path / "broken.yaml").write_text("id: [\n")
+    proc = run_fieldguide("playbooks", env={"FIELDGUIDE_PLAYBOOKS": str(tmp_path)})
+    assert proc.returncode == 0
+    assert "slow-training" in proc.stdout
+    assert "skipped a malformed playbook" in proc.stderr and "broken.yaml" in proc.stderr

@@ -137,6 +137,10 @@ class AgentServer:
     def close(self) -> None:
         self._closing = True
         try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept thread
+        except OSError:
+            pass
+        try:
             self._listener.close()
         except OSError:
             pass

@@ -45,13 +45,20 @@ def playbook_dirs() -> list[Path]:
     return dirs
 
 
-def list_playbooks() -> list[Playbook]:
+def list_playbooks(problems: list[str] | None = None) -> list[Playbook]:
+    """Every loadable playbook; a malformed one is skipped and its error appended to `problems`
+    (or raised, when `problems` is None)."""
     seen: dict[str, Playbook] = {}
     for directory in playbook_dirs():
         for path in sorted(directory.glob("*.yaml")):
             if path.name == CAUSES_FILE or path.stem in seen:
                 continue
-            seen[path.stem] = load_playbook(path)
+            try:
+                seen[path.stem] = load_playbook(path)
+            except PlaybookError as err:
+                if problems is None:
+                    raise
+                problems.append(str(err))
     return list(seen.values())
 
 

@@ -55,6 +55,14 @@ class Findings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Findings:
+        """Rebuild from a saved report; ValueError if it is not one."""
+        if not isinstance(data, dict) or data.get("verdict") not in ("departure", "clean", "inconclusive"):
+            raise ValueError("no verdict of departure, clean or inconclusive")
+        path = data.get("path", [])
+        if not isinstance(path, list) or not all(isinstance(p, dict) and {"node", "status"} <= set(p) for p in path):
+            raise ValueError("path entries need node and status")
+        if data["verdict"] == "departure" and not isinstance(data.get("first_departure"), dict):
+            raise ValueError("a departure report needs first_departure")
         return cls(playbook=data["playbook"], playbook_title=data.get("playbook_title", data["playbook"]),
                    target=data.get("target", {}), environment=data.get("environment", {}),
                    verdict=data["verdict"], first_departure=data.get("first_departure"),

@@ -160,12 +160,15 @@ class PlaybookPicker(Screen[None]):
 
         self.sub_title = "pick a playbook"
         options = self.query_one("#playbooks", OptionList)
+        problems: list[str] = []
         try:
-            found = list_playbooks()
+            found = list_playbooks(problems)
         except FieldguideError as err:
             self.app.push_screen(ErrorDialog("A playbook does not load", str(err), fatal=True),
                                  lambda _: self.app.exit(2))
             return
+        for problem in problems:  # a malformed playbook of the user's: skipped, and said so
+            self.notify(problem, title="Skipped a malformed playbook", severity="warning", timeout=10)
         for pb in found:
             self.playbooks[pb.id] = pb
             options.add_option(Option(Text.assemble((pb.id, "bold"), "  ", (pb.title, "italic"), "\n",
