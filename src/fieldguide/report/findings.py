@@ -63,7 +63,7 @@ class Findings:
             raise ValueError("path entries need node and status")
         if data["verdict"] == "departure" and not isinstance(data.get("first_departure"), dict):
             raise ValueError("a departure report needs first_departure")
-        return cls(playbook=data["playbook"], playbook_title=data.get("playbook_title", data["playbook"]),
+        return cls(playbook=data["playbook"], playbook_title=str(data.get("playbook_title") or data["playbook"]),
                    target=data.get("target", {}), environment=data.get("environment", {}),
                    verdict=data["verdict"], first_departure=data.get("first_departure"),
                    conclusion=data.get("conclusion"), conclusion_text=data.get("conclusion_text", ""),
