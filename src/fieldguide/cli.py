@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from fieldguide import __version__
-from fieldguide.errors import EXIT_BAD_INPUT, EXIT_CANNOT_MEASURE, EXIT_INTERRUPTED, FieldguideError
-
-EXIT_FOR_VERDICT = {"clean": 0, "departure": 1, "inconclusive": EXIT_CANNOT_MEASURE}
+from fieldguide.errors import EXIT_BAD_INPUT, EXIT_FOR_VERDICT, EXIT_INTERRUPTED, FieldguideError
 
 
 class _Parser(argparse.ArgumentParser):

@@ -7,6 +7,8 @@ EXIT_DEPARTURE = 1
 EXIT_BAD_INPUT = 2
 EXIT_CANNOT_MEASURE = 3
 EXIT_INTERRUPTED = 130
+# A finished walk's exit status, by verdict (CONTRACT.md).
+EXIT_FOR_VERDICT = {"clean": EXIT_CLEAN, "departure": EXIT_DEPARTURE, "inconclusive": EXIT_CANNOT_MEASURE}
 
 
 class FieldguideError(Exception):

@@ -13,8 +13,9 @@ from textual.widgets import Input
 from fieldguide.engine import NodeResult
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import find_playbook
+from fieldguide.probes.stats import median
 from fieldguide.tui.driver import EXPORT_SUFFIXES
-from fieldguide.tui.model import bar, measured_vs_expected, median, playbook_outline, sparkline
+from fieldguide.tui.model import bar, measured_vs_expected, playbook_outline, sparkline
 from fieldguide.tui.readings import ReadingPump
 from fieldguide.tui.widgets.inputs import OrderedInput
 

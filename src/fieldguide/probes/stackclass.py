@@ -26,7 +26,6 @@ OTHER = "other"
 # Worker processes.
 WORKER_IDLE = "worker_idle"  # waiting for the next index from the main process
 
-CATEGORIES = (DATA_WAIT, PRODUCE, STARTUP, IO, ANOMALY, PROFILER, FORWARD, BACKWARD, OPTIMIZER, OTHER, WORKER_IDLE)
 
 _DATALOADER = "torch/utils/data/dataloader.py"
 _FETCH = "torch/utils/data/_utils/fetch.py"

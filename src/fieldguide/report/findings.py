@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from fieldguide import __version__
-from fieldguide.engine import DEPARTURE, NodeResult, Walk
+from fieldguide.engine import DEPARTURE, Walk
 from fieldguide.report.redact import redact_argv, redact_env, redact_text, redact_tree
 
 # Environment variables worth carrying into a report (values redacted if secret-looking).
@@ -124,13 +124,10 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
         first_departure=departure,
         conclusion=conclusion,
         conclusion_text=walk.playbook.leaves.get(conclusion or "", ""),
-        path=[_path_entry(r) for r in walk.path],
+        path=[r.to_json() for r in walk.path],
         note=note,
         log_tail=[redact_text(line) for line in (log_tail or [])],
         evidence=evidence,
         units=units,
     )
 
-
-def _path_entry(result: NodeResult) -> dict[str, Any]:
-    return result.to_json()

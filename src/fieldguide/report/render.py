@@ -17,11 +17,14 @@ VERDICT_TEXT = {"departure": "Departure found", "clean": "Clean: the walk reache
                 "inconclusive": "Inconclusive: the walk could not measure what it needed"}
 
 
+# Report formats by file suffix.
+SUFFIXES = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+
+
 def format_for(path: Path, explicit: str | None) -> str:
     if explicit:
         return explicit
-    suffix = path.suffix.lower().lstrip(".")
-    return {"markdown": "md", "htm": "html"}.get(suffix, suffix if suffix in FORMATS else "json")
+    return SUFFIXES.get(path.suffix.lower(), "json")
 
 
 def render(findings: Findings, fmt: str) -> str:

@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     from fieldguide.playbook import Playbook
     from fieldguide.targets import Target
 
-EXIT_FOR_VERDICT = {"clean": 0, "departure": 1, "inconclusive": 3}
-EXIT_INTERRUPTED = 130
+from fieldguide.errors import EXIT_FOR_VERDICT, EXIT_INTERRUPTED
 
 
 class FieldguideApp(App[int]):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fieldguide.report.render import SUFFIXES
 from fieldguide.tui.model import TargetSpec
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 SessionFactory = Callable[[TargetSpec, "Playbook", Callable[[dict[str, Any]], None], Callable[[str], None]], "Session"]
 
 EXTRA_BUDGET = 30.0  # seconds of measurement granted to each re-run, jump or re-measure the user asks for
-EXPORT_SUFFIXES = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+EXPORT_SUFFIXES = SUFFIXES  # the exporters' own table
 
 
 class Closing(Exception):

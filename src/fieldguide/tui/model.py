@@ -117,12 +117,6 @@ def bar(fraction: float, width: int) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
-def median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _conditions(expect: Expectation | Condition) -> list[Condition]:

@@ -15,10 +15,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Markdown, Static
 
 from fieldguide.measurement import format_value
+from fieldguide.probes.stats import median
 from fieldguide.tui.model import (
     departure_markdown,
     measured_vs_expected,
-    median,
     series,
     sparkline,
     top_stacks,

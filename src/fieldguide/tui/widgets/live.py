@@ -8,7 +8,8 @@ from typing import Any
 from rich.text import Text
 from textual.widget import Widget
 
-from fieldguide.tui.model import bar, median, sparkline
+from fieldguide.probes.stats import median
+from fieldguide.tui.model import bar, sparkline
 
 HISTORY = 120
 
