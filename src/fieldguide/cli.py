@@ -34,10 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--budget", type=float)
 
     diag = sub.add_parser("diagnose", help="walk a playbook against a pid or a launched command",
-                          usage="fieldguide diagnose --playbook ID (--pid PID | -- CMD [ARGS...]) [--report PATH] "
+                          usage="fieldguide diagnose --playbook ID (--pid PID | -- CMD [ARGS...] | --local) [--report PATH] "
                                 "[--format json|md|html] [--budget SECONDS] [--no-tui]")
     diag.add_argument("--playbook", required=True, help="playbook id (see `fieldguide playbooks`) or a .yaml path")
     diag.add_argument("--pid", type=int, help="attach to this running process (never stopped or killed)")
+    diag.add_argument("--local", action="store_true", help="no process: only machine-level probes (GPUs)")
     diag.add_argument("--report", type=Path, help="write the findings report here")
     diag.add_argument("--format", choices=("json", "md", "html"), help="report format (default: from the suffix)")
     diag.add_argument("--budget", type=float, help="most seconds of measurement (default 45)")
@@ -93,11 +94,12 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
                                       args.budget, show_output=False)
         return _tui(None, demo_command(), "slow-training", demo=True)
     if args.command == "diagnose":
-        if (args.pid is None) == (not cmd):
-            raise FieldguideError("diagnose needs exactly one target: --pid PID or -- CMD [ARGS...]")
+        if sum((args.pid is not None, bool(cmd), args.local)) != 1:
+            raise FieldguideError("diagnose needs exactly one target: --pid PID, -- CMD [ARGS...] or --local")
         # Asking for a report file, a budget or the job's output means a headless run (the TUI
         # exports from its own dialog).
-        headless = args.no_tui or not sys.stdout.isatty() or args.report or args.budget or args.show_output
+        headless = (args.no_tui or not sys.stdout.isatty() or args.report or args.budget or args.show_output
+                    or args.local)
         if headless:
             return _diagnose_headless(args.playbook, args.pid, cmd, args.report, args.format, args.budget,
                                       show_output=args.show_output)
@@ -179,7 +181,7 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
     try:
         target = open_target(pid, cmd, echo=echo)
         session = Session(playbook, target, budget=budget or DEFAULT_BUDGET)
-        where = f"pid {target.pid}" if pid else " ".join(cmd)
+        where = f"pid {target.pid}" if pid else " ".join(cmd) or "machine"
         err.print(f"[bold]fieldguide[/] {playbook.id} on {target.kind} {where}")
 
         def progress(result: object) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import shutil
 import signal
@@ -26,6 +27,17 @@ CAP_SYS_PTRACE = 19
 YAMA_SCOPE_FILE = Path("/proc/sys/kernel/yama/ptrace_scope")
 
 
+@functools.lru_cache(maxsize=1)
+def gpu_present() -> bool:
+    """Whether NVML sees a GPU on this machine (asked once: it does not change under a walk)."""
+    from fieldguide.probes.gpu import NvmlUnavailable, nvml_devices
+
+    try:
+        return bool(nvml_devices())
+    except NvmlUnavailable:
+        return False
+
+
 class Target:
     kind = "local"
     agent: AgentServer | None = None
@@ -38,7 +50,7 @@ class Target:
         return True
 
     def capabilities(self) -> set[str]:
-        return set()
+        return {"gpu"} if gpu_present() else set()
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "pid": self.pid, "cmdline": []}
@@ -187,7 +199,7 @@ class AttachTarget(Target):
             return False
 
     def capabilities(self) -> set[str]:
-        return {"process"}
+        return {"process", *super().capabilities()}
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "pid": self._pid, "cmdline": self._cmdline}
@@ -284,7 +296,7 @@ class LaunchTarget(Target):
             return False
 
     def capabilities(self) -> set[str]:
-        caps = {"process"}
+        caps = {"process", *super().capabilities()}
         conn = self.agent.primary() if self.agent else None
         if conn is not None and not conn.closed:
             caps.add("agent")

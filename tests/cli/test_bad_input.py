@@ -209,3 +209,12 @@ def test_a_malformed_playbook_of_the_users_is_skipped_in_the_listing(tmp_path: P
     assert proc.returncode == 0
     assert "slow-training" in proc.stdout
     assert "skipped a malformed playbook" in proc.stderr and "broken.yaml" in proc.stderr
+
+
+def test_local_target_measures_only_the_machine(tmp_path: Path) -> None:
+    report = tmp_path / "local.json"
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--local", "--report", str(report))
+    assert proc.returncode == 3, proc.stderr  # slow-training needs a process: nothing to measure
+    data = __import__("json").loads(report.read_text())
+    assert data["target"]["kind"] == "local"
+    assert all(step["status"] == "skip" and "target process" in step["note"] for step in data["path"])

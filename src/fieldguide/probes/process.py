@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -41,8 +42,10 @@ def process_values(first: dict[int, dict[str, Any]], last: dict[int, dict[str, A
     def cores_used(pid: int) -> float:
         if pid not in last:
             return 0.0
-        start = first.get(pid, {"cpu": 0.0})["cpu"]
-        return max(last[pid]["cpu"] - start, 0.0) / seconds
+        start = first.get(pid, {"cpu": 0.0})
+        # A worker born inside the window is judged over its own life, not the whole window.
+        lived = min(seconds, max(start.get("lifetime", seconds), 1e-3))
+        return max(last[pid]["cpu"] - start["cpu"], 0.0) / lived
 
     workers = [pid for pid in last if pid != root_pid]
     main = cores_used(root_pid)
@@ -98,7 +101,8 @@ class ProcessCpu(Probe):
             for pid, snap in last.items():
                 # A worker born inside the window counts from its birth.
                 born_inside = snap["created"] >= wall_start
-                per_pid_first.setdefault(pid, {**snap, "cpu": 0.0, "vol": 0, "invol": 0} if born_inside else snap)
+                per_pid_first.setdefault(pid, {**snap, "cpu": 0.0, "vol": 0, "invol": 0, "born": snap["created"]}
+                                         if born_inside else snap)
             seen |= set(last)
             rss_series.append(sum(v["rss"] for v in last.values()) / 2**20)
             ctx.on_reading({"probe": self.id, "elapsed": time.monotonic() - started, "of": seconds,
@@ -106,7 +110,11 @@ class ProcessCpu(Probe):
         elapsed = time.monotonic() - started
         if not ctx.target.alive():
             return self.cannot(ctx.target.gone_reason(), seconds=elapsed)
-        cores = psutil.cpu_count() or 1
+        wall_end = time.time()
+        for snap in per_pid_first.values():
+            if "born" in snap:
+                snap["lifetime"] = wall_end - snap["born"]
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (psutil.cpu_count() or 1)
         values = process_values(per_pid_first, last, root.pid, elapsed, cores, rss_series, len(seen - set(first)))
         evidence = {"rss_mb": [round(x, 1) for x in rss_series],
                     "per_process_cores": {str(pid): round((last[pid]["cpu"] - per_pid_first[pid]["cpu"]) / elapsed, 3)

@@ -229,6 +229,7 @@ class WalkScreen(Screen[None]):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR and event.worker.error is not None:
             err = event.worker.error
+            self.auto = False  # else the walk would retry the same node, and fail, forever
             self.app.push_screen(ErrorDialog("Something went wrong", f"{type(err).__name__}: {err}"))
 
     # -- messages (UI thread) -------------------------------------------------------------------
