@@ -69,7 +69,9 @@ class Probe:
 
     @classmethod
     def unmet_needs(cls, capabilities: set[str]) -> list[str]:
-        return sorted(n for n in cls.needs if n not in capabilities)
+        """Unmet needs, the most basic first (no process at all says more than no agent)."""
+        order = {NEEDS_PROCESS: 0, NEEDS_AGENT: 1, NEEDS_GPU: 2}
+        return sorted((n for n in cls.needs if n not in capabilities), key=lambda n: (order.get(n, 9), n))
 
 
 NEED_REASONS = {
