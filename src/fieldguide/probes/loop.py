@@ -7,7 +7,7 @@ from typing import Any
 
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.base import NEEDS_AGENT, Probe, ProbeContext
+from fieldguide.probes.base import NEEDS_AGENT, NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.probes.stats import median, quantile
 
 WARMUP_STEPS = 3  # the first steps of a process (allocations, lazy init) say nothing about the loop
@@ -50,7 +50,7 @@ def _ms(seconds: float | None) -> float | None:
 class LoopSteps(Probe):
     id = "loop.steps"
     title = "Time each training step and its wait for the next batch (in-process agent)"
-    needs = frozenset({NEEDS_AGENT})
+    needs = frozenset({NEEDS_PROCESS, NEEDS_AGENT})
     params = {"seconds": 6.0, "min_steps": 8}
     values = {
         "steps": "", "boundary": "", "step_ms_median": "ms", "step_ms_p90": "ms", "data_wait_ms_median": "ms",

@@ -9,14 +9,14 @@ import time
 
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.base import NEEDS_AGENT, Probe, ProbeContext
+from fieldguide.probes.base import NEEDS_AGENT, NEEDS_PROCESS, Probe, ProbeContext
 
 
 @register
 class OpProfile(Probe):
     id = "torch.ops"
     title = "Profile a few steps with torch.profiler: ops per step and time inside ops"
-    needs = frozenset({NEEDS_AGENT})
+    needs = frozenset({NEEDS_PROCESS, NEEDS_AGENT})
     params = {"steps": 5, "timeout": 30.0}
     values = {"ops_per_step": "", "median_op_us": "us", "op_time_fraction": "fraction",
               "profiled_steps": "", "profiled_step_ms": "ms", "loader_fraction": "fraction"}

@@ -36,7 +36,7 @@ def debug_values(state: dict) -> dict:
 class TorchFlags(Probe):
     id = "torch.flags"
     title = "Read torch's debugging switches inside the target"
-    needs = frozenset({NEEDS_AGENT})
+    needs = frozenset({NEEDS_PROCESS, NEEDS_AGENT})
     params = {"timeout": 10.0}
     values = {"anomaly_detection": "", "autograd_profiler": "", "sync_debug_mode": "", "sync_debug_on": "",
               "cuda_launch_blocking": "", "deterministic_algorithms": "", "torch": "", "cuda": "",
