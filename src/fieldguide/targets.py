@@ -116,7 +116,7 @@ def classify_py_spy_failure(pid: int, stderr: str) -> BadInput:
     if any(mark in stderr for mark in PTRACE_ERROR_MARKS):
         return BadInput(f"ptrace not permitted for pid {pid} ({first}); run fieldguide with CAP_SYS_PTRACE or as the "
                         "same user, set kernel.yama.ptrace_scope=0, or use launch mode: fieldguide diagnose -- CMD")
-    if "python" in stderr.lower() or "Failed to find" in stderr or "executable name" in stderr:
+    if "Failed to find python" in stderr or "python interpreter" in stderr.lower() or "executable name" in stderr:
         return BadInput(f"pid {pid} is not a Python process py-spy can read ({first})")
     return BadInput(f"cannot read pid {pid} with py-spy: {first}")
 
@@ -180,13 +180,22 @@ class AttachTarget(Target):
         spy = py_spy_path()
         if spy is None:
             return  # the stack probe will say py-spy is missing; psutil probes still work
-        try:
-            done = subprocess.run([spy, "dump", "--pid", str(self._pid), "--nonblocking"], capture_output=True,
-                                  text=True, timeout=15, env=dict(os.environ, RUST_BACKTRACE="0"))
-        except subprocess.TimeoutExpired:
-            return
-        if done.returncode != 0 and self.alive():
-            raise classify_py_spy_failure(self._pid, done.stderr + done.stdout)
+        failure = ""
+        # A non-blocking dump can catch the interpreter mid-change ("Failed to get stack
+        # traces"): only a failure that repeats says the process cannot be read.
+        for _ in range(3):
+            try:
+                done = subprocess.run([spy, "dump", "--pid", str(self._pid), "--nonblocking"], capture_output=True,
+                                      text=True, timeout=15, env=dict(os.environ, RUST_BACKTRACE="0"))
+            except subprocess.TimeoutExpired:
+                return
+            if done.returncode == 0 or not self.alive():
+                return
+            failure = done.stderr + done.stdout
+            if any(mark in failure for mark in PTRACE_ERROR_MARKS):
+                break
+            time.sleep(0.2)
+        raise classify_py_spy_failure(self._pid, failure)
 
     @property
     def pid(self) -> int:

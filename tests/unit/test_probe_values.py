@@ -356,3 +356,27 @@ def test_other_failures_quote_the_first_error_line():
     err = classify_py_spy_failure(42, "warning: something\nError: No such process\n")
     assert str(err) == "cannot read pid 42 with py-spy: Error: No such process"
     assert str(classify_py_spy_failure(42, "")) == "cannot read pid 42 with py-spy: py-spy failed"
+
+
+def test_a_transient_py_spy_failure_is_retried_before_refusing_a_pid(monkeypatch):
+    """"Failed to get stack traces" once (the interpreter caught mid-change) must not refuse the pid."""
+    import subprocess as sp
+    import types
+
+    from fieldguide import targets
+
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        code = 1 if len(calls) == 1 else 0
+        return types.SimpleNamespace(returncode=code, stderr="Error: Failed to get stack traces\n", stdout="")
+
+    monkeypatch.setattr(targets.subprocess, "run", fake_run)
+    monkeypatch.setattr(targets, "py_spy_path", lambda: "/usr/bin/py-spy")
+    target = targets.AttachTarget.__new__(targets.AttachTarget)
+    target._pid = 4242
+    monkeypatch.setattr(targets.AttachTarget, "alive", lambda self: True)
+    target._check_readable()  # no exception: the second dump worked
+    assert len(calls) == 2
+    assert sp is not None
