@@ -360,7 +360,6 @@ def test_other_failures_quote_the_first_error_line():
 
 def test_a_transient_py_spy_failure_is_retried_before_refusing_a_pid(monkeypatch):
     """"Failed to get stack traces" once (the interpreter caught mid-change) must not refuse the pid."""
-    import subprocess as sp
     import types
 
     from fieldguide import targets
@@ -379,4 +378,3 @@ def test_a_transient_py_spy_failure_is_retried_before_refusing_a_pid(monkeypatch
     monkeypatch.setattr(targets.AttachTarget, "alive", lambda self: True)
     target._check_readable()  # no exception: the second dump worked
     assert len(calls) == 2
-    assert sp is not None
