@@ -227,6 +227,8 @@ class LaunchTarget(Target):
             raise TargetFailed(f"command not found: {cmd[0]}")
         self._dir = Path(tempfile.mkdtemp(prefix="fieldguide-"))  # mode 0700: private to this user
         self._closed = False
+        self._close_lock = threading.Lock()
+        self._close_done = threading.Event()
         try:
             self.agent = AgentServer(self._dir)
         except OSError as err:  # e.g. a socket path over 108 bytes under a long $TMPDIR
@@ -325,16 +327,21 @@ class LaunchTarget(Target):
     def close(self) -> None:
         """SIGINT (Python's KeyboardInterrupt: the job's own cleanup runs), then SIGTERM, then SIGKILL.
 
-        Idempotent; a second Ctrl-C while it runs does not cut the escalation short."""
-        if self._closed:
+        Idempotent: a second call waits for the first to finish. A second Ctrl-C while it runs
+        does not cut the escalation short."""
+        with self._close_lock:
+            first = not self._closed
+            self._closed = True
+        if not first:
+            self._close_done.wait(timeout=20)
             return
-        self._closed = True
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             self._end_job()
         finally:
+            self._close_done.set()
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
 

@@ -46,7 +46,6 @@ class FieldguideApp(App[int]):
         self.last_export: Path | None = None
         self.drivers: list[WalkDriver] = []
         self._targets: list[Target] = []
-        self._closed_targets: set[int] = set()
         self._lock = threading.Lock()
 
     def on_mount(self) -> None:
@@ -81,17 +80,17 @@ class FieldguideApp(App[int]):
             self.close_targets()
 
     def close_targets(self) -> None:
-        """End every launched job not yet ended. Never touches an attached process. Blocks."""
+        """End every launched job. Never touches an attached process. Blocks until each is ended,
+        also one whose closing another thread began (LaunchTarget.close waits for it)."""
         with self._lock:
-            todo = [t for t in self._targets if is_launched(t) and id(t) not in self._closed_targets]
-            self._closed_targets.update(id(t) for t in todo)
+            todo = [t for t in self._targets if is_launched(t)]
         for target in todo:
             target.close()
 
     def launched_pids(self) -> list[int]:
         with self._lock:
             return [t.popen.pid for t in self._targets  # type: ignore[attr-defined]
-                    if is_launched(t) and id(t) not in self._closed_targets and t.popen.poll() is None]  # type: ignore[attr-defined]
+                    if is_launched(t) and t.popen.poll() is None]  # type: ignore[attr-defined]
 
     # -- quitting ----------------------------------------------------------------------------------
 
