@@ -558,3 +558,41 @@ def test_every_builtin_probe_declares_its_metadata():
         cls = registry.get(pid)
         assert cls.id == pid and cls.title and cls.values
         assert cls.needs <= {"process", "agent", "gpu"}
+
+
+def test_forgetting_a_probe_forgets_what_it_measured_through_the_runner():
+    from fieldguide.engine import ProbeRunner
+    from fieldguide.probes import register
+    from fieldguide.probes.base import Probe
+
+    runs: list[str] = []
+
+    @register
+    class Inner(Probe):
+        id = "test.forget-inner"
+        title = "inner"
+
+        def run(self, ctx):
+            runs.append("inner")
+            return self.measurement(values={"v": len(runs)})
+
+    @register
+    class Outer(Probe):
+        id = "test.forget-outer"
+        title = "outer"
+
+        def run(self, ctx):
+            runs.append("outer")
+            return self.measurement(values={"v": ctx.measure("test.forget-inner", {}).values["v"]})
+
+    class Alive:
+        pid = None
+
+        def alive(self):
+            return True
+
+    runner = ProbeRunner(Alive(), budget=60)
+    runner.measure_probe("test.forget-outer", {})
+    runner.forget("test.forget-outer")
+    runner.measure_probe("test.forget-outer", {})
+    assert runs == ["outer", "inner", "outer", "inner"]  # the inner window was taken afresh too
