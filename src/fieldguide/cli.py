@@ -64,7 +64,15 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM / SIGHUP (a closed SSH or tmux pane) end a walk like Ctrl-C
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)  # so that a launched job is ended and the report written
     argv = list(sys.argv[1:] if argv is None else argv)
     own, cmd = split_command(argv)
     args = build_parser().parse_args(own)

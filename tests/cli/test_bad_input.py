@@ -152,7 +152,8 @@ def test_report_of_a_file_that_is_not_a_report(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_ctrl_c_ends_the_launched_target_and_writes_a_partial_report(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_ends_the_launched_target_and_writes_a_partial_report(tmp_path: Path, sig: int) -> None:
     from fieldguide import workloads
 
     report = tmp_path / "partial.json"
@@ -169,7 +170,7 @@ def test_ctrl_c_ends_the_launched_target_and_writes_a_partial_report(tmp_path: P
             break
         time.sleep(0.2)
     time.sleep(6)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
