@@ -121,6 +121,11 @@ def classify_py_spy_failure(pid: int, stderr: str) -> BadInput:
     return BadInput(f"cannot read pid {pid} with py-spy: {first}")
 
 
+def is_python_name(*names: str) -> bool:
+    """Whether any of these program names (a process name, an executable's basename) is Python."""
+    return any(os.path.basename(n).startswith(("python", "pypy")) for n in names if n)
+
+
 def looks_like_python(proc: psutil.Process) -> bool:
     try:
         names = [proc.name(), os.path.basename(proc.exe() or "")]
@@ -128,8 +133,8 @@ def looks_like_python(proc: psutil.Process) -> bool:
     except (psutil.AccessDenied, psutil.ZombieProcess):
         return True  # let py-spy decide
     if cmdline:
-        names.append(os.path.basename(cmdline[0]))
-    if any(n.startswith(("python", "pypy")) for n in names if n):
+        names.append(cmdline[0])
+    if is_python_name(*names):
         return True
     try:
         with open(f"/proc/{proc.pid}/maps") as maps:

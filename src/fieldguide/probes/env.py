@@ -19,19 +19,32 @@ from fieldguide.probes.gpu import NvmlUnavailable, nvml_devices
 _VERSION = re.compile(r"^(__version__|cuda)\s*(?::\s*\S+)?\s*=\s*['\"]?([^'\"\n]*)['\"]?", re.M)
 
 
-def torch_version_from_maps(pid: int) -> dict[str, Any]:
-    """torch's version in another process, without touching it: find the libtorch it mapped,
-    then read the torch/version.py beside it."""
+TORCH_MARKS = ("/torch/lib/libtorch", "/torch/_C")
+
+
+def torch_library_in_maps(pid: int) -> str | None:
+    """The path of torch's native library mapped by a process (it imported torch), or None."""
     try:
         with open(f"/proc/{pid}/maps") as maps:
             for line in maps:
-                if "/torch/lib/libtorch" in line or "/torch/_C" in line:
-                    path = line.split(None, 5)[-1].strip()
-                    version_file = Path(path.split("/torch/")[0]) / "torch" / "version.py"
-                    return parse_torch_version_file(version_file.read_text())
+                if any(mark in line for mark in TORCH_MARKS):
+                    return line.split(None, 5)[-1].strip()
     except OSError:
         pass
-    return {}
+    return None
+
+
+def torch_version_from_maps(pid: int) -> dict[str, Any]:
+    """torch's version in another process, without touching it: find the libtorch it mapped,
+    then read the torch/version.py beside it."""
+    path = torch_library_in_maps(pid)
+    if path is None:
+        return {}
+    try:
+        version_file = Path(path.split("/torch/")[0]) / "torch" / "version.py"
+        return parse_torch_version_file(version_file.read_text())
+    except OSError:
+        return {}
 
 
 def parse_torch_version_file(text: str) -> dict[str, Any]:

@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-TORCH_MARKS = ("/torch/lib/libtorch", "/torch/_C")
-
 
 @dataclass(frozen=True)
 class ProcInfo:
@@ -32,11 +30,9 @@ Scanner = Callable[[], list[ProcInfo]]
 
 def maps_torch(pid: int) -> bool:
     """Whether the process has torch's native library mapped (it imported torch)."""
-    try:
-        with open(f"/proc/{pid}/maps") as maps:
-            return any(mark in line for line in maps for mark in TORCH_MARKS)
-    except OSError:
-        return False
+    from fieldguide.probes.env import torch_library_in_maps
+
+    return torch_library_in_maps(pid) is not None
 
 
 def gpu_processes() -> tuple[dict[int, int | None], str]:
@@ -81,11 +77,6 @@ def short_command(cmdline: str, long_arg: int = 24) -> str:
     return " ".join(out)
 
 
-def _looks_like_python(name: str, cmdline: list[str]) -> bool:
-    names = [name] + ([os.path.basename(cmdline[0])] if cmdline else [])
-    return any(n.startswith(("python", "pypy")) for n in names if n)
-
-
 class ProcessScanner:
     """Callable: each call scans once. CPU% is over the time since the previous scan
     (the first scan: since each process started)."""
@@ -95,7 +86,10 @@ class ProcessScanner:
         self.status = ""
 
     def __call__(self) -> list[ProcInfo]:
+        # psutil and the targets module load with the first scan, not at start-up.
         import psutil
+
+        from fieldguide.targets import is_python_name
 
         gpus, self.status = gpu_processes()
         me = os.getpid()
@@ -109,7 +103,7 @@ class ProcessScanner:
             if pid == me:
                 continue
             cmdline = info.get("cmdline") or []
-            uses_torch = _looks_like_python(info.get("name") or "", cmdline) and maps_torch(pid)
+            uses_torch = is_python_name(info.get("name") or "", *cmdline[:1]) and maps_torch(pid)
             if not uses_torch and pid not in gpus:
                 continue
             times = info.get("cpu_times")

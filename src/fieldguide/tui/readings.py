@@ -59,30 +59,19 @@ def sample_tree(pid: int, previous: dict[int, float], interval: float) -> tuple[
     """
     import psutil
 
-    root = psutil.Process(pid)
-    procs = [root]
-    try:
-        procs += root.children(recursive=True)
-    except psutil.Error:
-        pass
-    main = workers = rss = 0.0
-    now: dict[int, float] = {}
-    for proc in procs:
-        try:
-            with proc.oneshot():
-                times = proc.cpu_times()
-                rss += proc.memory_info().rss / 2**20
-        except psutil.Error:
-            if proc is root:
-                raise
-            continue
-        total = times.user + times.system
-        now[proc.pid] = total
-        pct = (total - previous[proc.pid]) / interval * 100 if proc.pid in previous else 0.0
-        if proc is root:
+    from fieldguide.probes.process import snapshot
+
+    tree = snapshot(psutil.Process(pid))  # the same per-process reading as the process.cpu probe
+    if pid not in tree:
+        raise psutil.NoSuchProcess(pid)
+    main = workers = 0.0
+    for each, reading in tree.items():
+        pct = (reading["cpu"] - previous[each]) / interval * 100 if each in previous else 0.0
+        if each == pid:
             main = pct
         else:
             workers += pct
     previous.clear()
-    previous.update(now)
-    return max(main, 0.0), max(workers, 0.0), len(procs) - 1, rss
+    previous.update({each: reading["cpu"] for each, reading in tree.items()})
+    rss = sum(reading["rss"] for reading in tree.values()) / 2**20
+    return max(main, 0.0), max(workers, 0.0), len(tree) - 1, rss
