@@ -55,10 +55,31 @@ class Probe:
     needs: ClassVar[frozenset[str]] = frozenset()
     params: ClassVar[dict[str, Any]] = {}
     values: ClassVar[dict[str, str]] = {}
+    # Live series the probe streams while it measures (name -> unit), drawn by the TUI as it
+    # comes; the first two are the headline pair (e.g. step time and the wait inside it).
+    series: ClassVar[dict[str, str]] = {}
 
     # Each probe defines `run(self, ctx, <its params as keyword arguments>) -> Measurement`;
     # declared as a callable attribute so that subclasses may name their own parameters.
     run: Callable[..., Measurement]
+
+    def reading(self, ctx: ProbeContext, *, elapsed: float | None = None, of: float | None = None,
+                status: str | None = None, series: dict[str, list[float]] | None = None,
+                values: dict[str, Any] | None = None) -> None:
+        """Stream a live reading: progress, a status line, declared series, interim values.
+
+        The shape is the same for every probe, so a view needs no probe's names: it reads
+        `series` and `values` against the probe's declared `series` and `values` units."""
+        reading: dict[str, Any] = {"probe": self.id}
+        if elapsed is not None:
+            reading["elapsed"], reading["of"] = elapsed, of
+        if status:
+            reading["status"] = status
+        if series:
+            reading["series"] = series
+        if values:
+            reading["values"] = values
+        ctx.on_reading(reading)
 
     def measurement(self, **kwargs: Any) -> Measurement:
         units = {k: v for k, v in self.values.items() if v}
