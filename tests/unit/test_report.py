@@ -185,7 +185,7 @@ def test_markdown_has_cause_summary_and_fix_code(departure):
     assert "```python" in md and "num_workers=8" in md
     assert "| data_wait_fraction | 80% |" in md
     assert "| input.data-wait | ✗ depart | data_wait_fraction=80% | `data_wait_fraction < 0.1` | loop.steps |" in md
-    assert "**Verify.** " in md
+    assert "### Why it costs" in md and "### Fix" in md and "### Verify" in md
     assert "## Target output (last lines)" in md
 
 

@@ -5,19 +5,60 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fieldguide import __version__
 from fieldguide.engine import DEPARTURE, Walk
+from fieldguide.measurement import format_value
 from fieldguide.report.redact import redact_argv, redact_env, redact_text, redact_tree
+from fieldguide.report.vocabulary import ACTIONS, VERDICTS
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
+
+    from fieldguide.engine import NodeResult
 
 # Environment variables worth carrying into a report (values redacted if secret-looking).
 RELEVANT_ENV_PREFIXES = ("CUDA_", "PYTORCH_", "TORCH", "NCCL_", "OMP_", "MKL_", "KMP_", "NVIDIA_", "HF_", "WORLD_SIZE",
                          "RANK", "LOCAL_RANK", "MASTER_")
 
 
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def target_exit(*, code: int | None = None, signal: str | None = None, exception: str | None = None,
+                message: str | None = None) -> dict[str, Any]:
+    """How a target that ended during the walk ended, as `Findings.exit` holds it: the exit code,
+    the signal that ended it (a name, e.g. "SIGKILL"), the exception type and its message.
+    Only what is known is kept."""
+    found = {"code": code, "signal": signal, "exception": exception, "message": message}
+    return {k: v for k, v in found.items() if v is not None and v != ""}
+
+
+def exit_text(ended: dict[str, Any]) -> str:
+    """`exit code 1 · RuntimeError: CUDA out of memory`: one line, whatever parts are known."""
+    parts = []
+    if ended.get("code") is not None:
+        parts.append(f"exit code {ended['code']}")
+    if ended.get("signal"):
+        parts.append(f"signal {ended['signal']}")
+    what = ": ".join(str(ended[k]) for k in ("exception", "message") if ended.get(k))
+    if what:
+        parts.append(what)
+    return " · ".join(parts) or "it exited"
+
+
 @dataclass
 class Findings:
+    """The findings of one walk. Every view reads this object: it renders itself with Rich
+    (the headless summary), and the JSON, Markdown and HTML exporters read its fields.
+
+    `reruns`: what the user measured beyond the walk in the TUI (re-runs, jumps, re-measures),
+    each a dict of node, action, status, measured, expected, note, probe, seconds and when.
+    `exit`: how a target that ended during the walk ended (see `target_exit`), or None.
+    """
+
     playbook: str
     playbook_title: str
     target: dict[str, Any]
@@ -27,14 +68,16 @@ class Findings:
     conclusion: str | None
     conclusion_text: str
     path: list[dict[str, Any]]
-    created: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    created: str = field(default_factory=utc_now)
     note: str = ""
     log_tail: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
     units: dict[str, str] = field(default_factory=dict)
+    reruns: list[dict[str, Any]] = field(default_factory=list)
+    exit: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        data = {
+        data: dict[str, Any] = {
             "fieldguide_version": __version__,
             "created": self.created,
             "playbook": self.playbook,
@@ -51,25 +94,81 @@ class Findings:
             "units": self.units,
             "log_tail": self.log_tail,
         }
+        if self.reruns:
+            data["reruns"] = self.reruns
+        if self.exit:
+            data["exit"] = self.exit
         return redact_tree(data)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Findings:
         """Rebuild from a saved report; ValueError if it is not one."""
-        if not isinstance(data, dict) or data.get("verdict") not in ("departure", "clean", "inconclusive"):
+        if not isinstance(data, dict) or data.get("verdict") not in VERDICTS:
             raise ValueError("no verdict of departure, clean or inconclusive")
         path = data.get("path", [])
         if not isinstance(path, list) or not all(isinstance(p, dict) and {"node", "status"} <= set(p) for p in path):
             raise ValueError("path entries need node and status")
         if data["verdict"] == "departure" and not isinstance(data.get("first_departure"), dict):
             raise ValueError("a departure report needs first_departure")
+        reruns = data.get("reruns") or []
+        if not isinstance(reruns, list) or not all(isinstance(r, dict) and {"node", "action", "status"} <= set(r)
+                                                   for r in reruns):
+            raise ValueError("reruns entries need node, action and status")
+        ended = data.get("exit")
+        if ended is not None and not isinstance(ended, dict):
+            raise ValueError("exit must be an object")
         return cls(playbook=data["playbook"], playbook_title=str(data.get("playbook_title") or data["playbook"]),
                    target=data.get("target", {}), environment=data.get("environment", {}),
                    verdict=data["verdict"], first_departure=data.get("first_departure"),
                    conclusion=data.get("conclusion"), conclusion_text=data.get("conclusion_text", ""),
                    path=data.get("path", []), created=data.get("created", ""), note=data.get("note", ""),
                    log_tail=data.get("log_tail", []), evidence=data.get("evidence", {}),
-                   units=data.get("units", {}))
+                   units=data.get("units", {}), reruns=reruns, exit=ended or None)
+
+    # -- what every view reads -------------------------------------------------------------------
+
+    def formatted(self, measured: dict[str, Any]) -> list[tuple[str, str]]:
+        """Measured values as a person reads them, with their units: [(name, "93%"), ...]."""
+        return [(name, format_value(value, self.units.get(name, ""))) for name, value in measured.items()]
+
+    def chain(self) -> list[dict[str, Any]]:
+        """The path from the departed node on: the departure and the nodes that refined its cause."""
+        if self.first_departure is None:
+            return []
+        nodes = [step["node"] for step in self.path]
+        node = self.first_departure.get("node")
+        return self.path[nodes.index(node):] if node in nodes else list(self.path)
+
+    def top_stacks(self, nodes: list[str] | None = None) -> tuple[str, list[dict[str, Any]]]:
+        """The most frequent stacks that the nodes (all, by default) sampled: the main thread's
+        if any were sampled, else the DataLoader workers'. Returns (whose, stacks)."""
+        chosen = [self.evidence[n] for n in (self.evidence if nodes is None else nodes) if n in self.evidence]
+        for key, whose in (("top_stacks", "main thread"), ("top_worker_stacks", "DataLoader workers")):
+            for evidence in chosen:
+                if isinstance(evidence, dict) and evidence.get(key):
+                    return whose, list(evidence[key])
+        return "", []
+
+    def exit_line(self) -> str:
+        """"The target ended: ..." when it ended during the walk, else ""."""
+        return f"The target ended: {exit_text(self.exit)}" if self.exit else ""
+
+    def record_rerun(self, result: NodeResult, action: str, when: str | None = None) -> None:
+        """A node the user measured again in the TUI (a re-run, a jump, a re-measure)."""
+        if action not in ACTIONS:
+            raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
+        entry = result.to_json()
+        self.reruns.append({"node": entry["node"], "action": action, "status": entry["status"],
+                            "measured": entry["measured"], "expected": entry["expected"], "note": entry["note"],
+                            "probe": entry["probe"], "seconds": entry["seconds"], "when": when or utc_now()})
+        if result.measurement is not None:
+            for name, unit in result.measurement.units.items():
+                self.units.setdefault(name, unit)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from fieldguide.report.summary import summary_panel
+
+        yield summary_panel(self)
 
 
 def environment_from(measurement_values: dict[str, Any], gpus: list[dict[str, Any]],

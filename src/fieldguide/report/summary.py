@@ -1,4 +1,6 @@
-"""The short rich summary printed on stdout after a headless walk."""
+"""The short rich summary printed on stdout after a headless walk: how `Findings` renders
+itself with Rich (`Findings.__rich_console__`). The status words and the fix steps come from
+the same vocabulary and renderer as the Markdown/HTML reports and the TUI."""
 
 from __future__ import annotations
 
@@ -8,37 +10,66 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from fieldguide.measurement import format_value
 from fieldguide.report.findings import Findings
-from fieldguide.report.render import STATUS_MARK, VERDICT_TEXT
+from fieldguide.report.fixsteps import steps_markdown
+from fieldguide.report.vocabulary import (
+    ACTION_TEXT,
+    STYLE,
+    VERDICT_STYLE,
+    status_mark,
+    status_style,
+    verdict_text,
+)
 
-STATUS_STYLE = {"pass": "green", "depart": "bold red", "skip": "dim", "error": "yellow"}
+NOTE_CHARS = 120
 
 
-def path_table(findings: Findings) -> Table:
+def _steps_table(findings: Findings, steps: list[dict[str, object]], *, action: bool = False) -> Table:
     table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    if action:
+        table.add_column("did")
     table.add_column("node")
     table.add_column("status")
     table.add_column("measured", overflow="fold")
-    for step in findings.path:
-        measured = ", ".join(f"{n}={format_value(v, findings.units.get(n, ''))}" for n, v in step["measured"].items())
-        table.add_row(step["node"], Text(STATUS_MARK[step["status"]], style=STATUS_STYLE[step["status"]]),
-                      measured or Text(step["note"][:120], style="dim"))
+    for step in steps:
+        status = str(step["status"])
+        measured_values = step.get("measured") or {}
+        assert isinstance(measured_values, dict)
+        measured = ", ".join(f"{n}={v}" for n, v in findings.formatted(measured_values))
+        row: list[RenderableType] = [str(step["node"]), Text(status_mark(status), style=status_style(status)),
+                                     measured or Text(str(step.get("note") or "")[:NOTE_CHARS], style="dim")]
+        if action:
+            row.insert(0, ACTION_TEXT.get(str(step["action"]), str(step["action"])))
+        table.add_row(*row)
     return table
 
 
-def summary_renderable(findings: Findings) -> RenderableType:
+def path_table(findings: Findings) -> Table:
+    return _steps_table(findings, findings.path)
+
+
+def summary_panel(findings: Findings) -> Panel:
     parts: list[RenderableType] = [path_table(findings)]
     dep = findings.first_departure
     if dep:
-        parts += [Text(""), Text(f"{dep['title']}  [{dep['cause']}]", style="bold red"), Text(dep["summary"]),
-                  Text(f"expected: {dep['expected']}", style="dim"), Text(""), Text("Fix:", style="bold")]
-        parts += [Markdown(f"{i}. {step}") for i, step in enumerate(dep["fix"], 1)]
+        parts += [Text(""), Text(f"{dep['title']}  [{dep['cause']}]", style=STYLE["depart"]), Text(dep["summary"]),
+                  Text(f"expected: {dep['expected']}", style="dim"), Text(""), Text("Fix:", style="bold"),
+                  Markdown("\n".join(steps_markdown(dep["fix"])))]
         parts += [Text("Verify: ", style="bold").append(Text(dep["verify"], style="not bold"))]
     elif findings.conclusion:
         parts += [Text(""), Text(f"Healthy: {findings.conclusion}", style="bold green"), Text(findings.conclusion_text)]
+    if findings.exit:
+        parts += [Text(""), Text(findings.exit_line(), style=STYLE["error"])]
     if findings.note:
         parts += [Text(""), Text(findings.note, style="yellow")]
-    title = f"fieldguide · {findings.playbook} · {VERDICT_TEXT[findings.verdict]}"
-    style = {"departure": "red", "clean": "green", "inconclusive": "yellow"}[findings.verdict]
-    return Panel(Group(*parts), title=title, border_style=style, title_align="left")
+    if findings.reruns:
+        parts += [Text(""), Text("Measured again in the TUI:", style="bold"),
+                  _steps_table(findings, findings.reruns, action=True)]
+    title = f"fieldguide · {findings.playbook} · {verdict_text(findings.verdict)}"
+    return Panel(Group(*parts), title=title, border_style=VERDICT_STYLE.get(findings.verdict, ""),
+                 title_align="left")
+
+
+def summary_renderable(findings: Findings) -> RenderableType:
+    """What `fieldguide diagnose` prints: the findings, which render themselves."""
+    return findings
