@@ -1,12 +1,13 @@
 """The walk: a node's expectation applied to a Measurement gives a verdict; edges give the next node.
 
 Pure logic: measuring is delegated to a `measure(option) -> Measurement`
-callable (the ProbeRunner in real walks, constructed measurements in tests).
+callable (the ProbeRunner of runner.py in real walks, constructed measurements in
+tests). The engine knows probe ids, never their value names: why a value is
+missing travels in the Measurement.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,7 @@ class Departure:
 def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption], Measurement]) -> NodeResult:
     """Decide one node: the first measure option that can measure and be evaluated decides."""
     reasons: list[str] = []
-    skipped_only = True
+    skipped_only = True  # every option was not applicable here: the node is skipped, not failed
     seconds = 0.0
     for option in node.measure:
         probe_cls = registry.get(option.probe)
@@ -59,18 +60,20 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
         if unmet:
             reasons.append(f"{option.probe} {NEED_REASONS.get(unmet[0], 'needs ' + unmet[0])}")
             continue
-        skipped_only = False
         measurement = measure(option)
         seconds += measurement.seconds
         if not measurement.ok:
+            skipped_only = skipped_only and not measurement.applicable
             reasons.append(f"{option.probe}: {measurement.unavailable}")
             continue
+        skipped_only = False
         names = option.expect.names()
         measured = {n: measurement.values.get(n) for n in names}
         try:
             held = option.expect.holds(measurement.values)
         except NotEvaluable as missing:
-            reasons.append(f"{option.probe}: no value for {missing.name} ({_why_missing(measurement, missing.name)})")
+            why = measurement.missing.get(missing.name, "not measured for this target")
+            reasons.append(f"{option.probe}: no value for {missing.name} ({why})")
             continue
         except TypeError as err:  # e.g. a text value compared with `below`: the playbook and probe disagree
             reasons.append(f"{option.probe}: cannot compare {measured}: {err}")
@@ -83,11 +86,6 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
                           note=note, measurement=measurement)
     return NodeResult(node=node.id, status=SKIP if skipped_only else ERROR, seconds=seconds,
                       expected=" | ".join(o.expect.describe() for o in node.measure), note="; ".join(reasons))
-
-
-def _why_missing(measurement: Measurement, name: str) -> str:
-    hints = {"producer_cpu_fraction": "too few samples producing batches to tell"}
-    return hints.get(name, "not measured for this target")
 
 
 class Walk:
@@ -113,6 +111,9 @@ class Walk:
     def verdict(self) -> str:
         if self.departure is not None:
             return DEPARTURE
+        if self._departed_at is not None:
+            # A node departed, and the nodes after it named no cause: that is not clean.
+            return INCONCLUSIVE
         # Clean only if every check on the way was measured (or honestly not applicable):
         # a leaf reached past a node that could not measure rules nothing out.
         if self.conclusion is not None and any(r.status == PASS for r in self.path) \
@@ -167,7 +168,10 @@ class Walk:
             if skipped and not errors:
                 self.caveat = (f"not measured on this target: {', '.join(skipped)} "
                                             "(see each node's note); the clean verdict covers the rest")
-            if errors:
+            if self._departed_at is not None:
+                self.caveat = (f"{self._departed_at.node} departed from its expectation "
+                               f"({self._departed_at.expected}), but the nodes after it named no cause")
+            elif errors:
                 self.caveat = "could not measure " + "; ".join(f"{r.node} ({r.note})" for r in errors)
             elif self.verdict == INCONCLUSIVE:
                 self.caveat = "no node could be measured on this target"
@@ -193,75 +197,3 @@ class Walk:
         summary = render_template(edge.summary or cause.summary, values)
         self.departure = Departure(node=where.node, cause=cause, measured=measured, expected=expected,
                                    summary=summary, evidence=evidence)
-
-
-class ProbeRunner:
-    """Runs probes for a walk: caches by (probe, params), charges the budget, never raises."""
-
-    def __init__(self, target: Any, budget: float, on_reading: Callable[[dict[str, Any]], None] | None = None):
-        import threading
-        import time
-
-        from fieldguide.probes.base import ProbeContext
-
-        self._time = time
-        self.target = target
-        self.budget = budget
-        self.spent = 0.0
-        self.cache: dict[tuple[str, str], Measurement] = {}
-        self.cancelled = threading.Event()
-        self._lock = threading.RLock()
-        self._depth = 0  # a probe may measure another through us; charge the budget once
-        self._running: list[tuple[str, str]] = []  # keys being measured, outermost first
-        self._used: dict[tuple[str, str], set[tuple[str, str]]] = {}  # key -> keys it measured through us
-        self._context = lambda: ProbeContext(target=target, budget_left=max(self.budget - self.spent, 1.0),
-                                             cancelled=self.cancelled, on_reading=on_reading or (lambda r: None),
-                                             measure=self.measure_probe)
-
-    def __call__(self, option: MeasureOption) -> Measurement:
-        return self.measure_probe(option.probe, option.params)
-
-    def forget(self, probe_id: str | None = None) -> None:
-        """Drop cached measurements (re-measure after a fix): all, or one probe's together with
-        what it measured through us (torch.flags.outside's stack window, say)."""
-        with self._lock:
-            if probe_id is None:
-                self.cache, self._used = {}, {}
-                return
-            drop = {k for k in self.cache if k[0] == probe_id}
-            drop |= {used for k in drop for used in self._used.get(k, ())}
-            self.cache = {k: v for k, v in self.cache.items() if k not in drop}
-
-    def measure_probe(self, probe_id: str, params: dict[str, Any]) -> Measurement:
-        probe_cls = registry.get(probe_id)
-        merged = {**(probe_cls.params if probe_cls else {}), **params}
-        key = (probe_id, repr(sorted(merged.items())))
-        with self._lock:
-            if self._running:
-                self._used.setdefault(self._running[-1], set()).add(key)
-            if key in self.cache:
-                # Reused: this node spent no time measuring.
-                return dataclasses.replace(self.cache[key], seconds=0.0, reused=True)
-            if probe_cls is None:
-                return Measurement.cannot(probe_id, f"unknown probe {probe_id}")
-            if self.spent >= self.budget:
-                return Measurement.cannot(probe_id, f"the measurement budget ({self.budget:.0f} s) is spent")
-            if not self.target.alive():
-                return Measurement.cannot(probe_id, self.target.gone_reason())
-            started = self._time.monotonic()
-            self._depth += 1
-            self._running.append(key)
-            try:
-                measurement = probe_cls().run(self._context(), **merged)
-            except Exception as err:  # a probe bug must not end the walk: it is a reading with its reason
-                measurement = Measurement.cannot(probe_id, f"probe failed: {type(err).__name__}: {err}")
-            finally:
-                self._depth -= 1
-                self._running.pop()
-            elapsed = self._time.monotonic() - started
-            measurement.seconds = measurement.seconds or elapsed
-            if self._depth == 0:
-                self.spent += elapsed
-            if not self.cancelled.is_set():  # a cut-short window must not stand for a full one
-                self.cache[key] = measurement
-            return measurement

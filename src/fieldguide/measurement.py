@@ -24,6 +24,11 @@ class Measurement:
     provenance: str = ""
     seconds: float = 0.0
     unavailable: str | None = None
+    # With `unavailable`: False when the probe does not apply to this target (it ended before
+    # the probe could run, say), which a walk records as skipped rather than failed.
+    applicable: bool = True
+    # Values the probe declares but could not give, with why ("too few samples to tell").
+    missing: dict[str, str] = field(default_factory=dict)
     reused: bool = False  # served from the walk's cache: another node already measured it
 
     @property
@@ -31,8 +36,9 @@ class Measurement:
         return self.unavailable is None
 
     @classmethod
-    def cannot(cls, probe: str, reason: str, *, provenance: str = "", seconds: float = 0.0) -> Measurement:
-        return cls(probe=probe, provenance=provenance, seconds=seconds, unavailable=reason)
+    def cannot(cls, probe: str, reason: str, *, provenance: str = "", seconds: float = 0.0,
+               applicable: bool = True) -> Measurement:
+        return cls(probe=probe, provenance=provenance, seconds=seconds, unavailable=reason, applicable=applicable)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -43,6 +49,7 @@ class Measurement:
             "provenance": self.provenance,
             "seconds": round(self.seconds, 3),
             "unavailable": self.unavailable,
+            **({"missing": self.missing} if self.missing else {}),
         }
 
 

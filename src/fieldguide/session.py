@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldguide.engine import NodeResult, ProbeRunner, Walk
+from fieldguide.engine import NodeResult, Walk
 from fieldguide.playbook import Playbook
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
+from fieldguide.runner import ProbeRunner
 from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
 
 DEFAULT_BUDGET = 45.0  # seconds of measurement: a slow-training walk ends well inside a minute
@@ -51,7 +52,8 @@ class Session:
 
     def wait_ready(self) -> None:
         if isinstance(self.target, LaunchTarget) and not self.target.wait_ready(timeout=READY_TIMEOUT):
-            self.note = self.target.not_ready_reason(READY_TIMEOUT)
+            if self.target.alive():
+                self.note = self.target.not_ready_reason(READY_TIMEOUT)
 
     def read_environment(self) -> None:
         env = self.runner.measure_probe("env.versions", {})
@@ -81,5 +83,13 @@ class Session:
     def findings(self) -> Findings:
         if not self.environment:
             self.environment = environment_from({}, [])
-        return findings_from_walk(self.walk, self.target.describe(), self.environment, note=self.note,
-                                  log_tail=self.target.log_tail())
+        ending = self.target.ending()
+        note = self.note
+        if ending is not None:
+            # A job that ended is evidence: the walk judged what it measured before the end.
+            said = f"{ending['text']}; the walk judged what was measured before it ended"
+            note = f"{said}; {note}" if note else said
+        findings = findings_from_walk(self.walk, self.target.describe(), self.environment, note=note,
+                                      log_tail=self.target.log_tail())
+        findings.exit = ending
+        return findings

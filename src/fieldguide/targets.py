@@ -17,9 +17,9 @@ from typing import Any
 
 import psutil
 
-from fieldguide.agent import RUNTIME_FILE
+from fieldguide.agent import AGENT_PACKAGE_FILE
 from fieldguide.agent.bootstrap import write_bootstrap
-from fieldguide.agent.channel import AgentServer
+from fieldguide.agent.channel import AgentConnection, AgentServer
 from fieldguide.errors import BadInput, TargetFailed
 
 LOG_LINES_KEPT = 400
@@ -60,6 +60,10 @@ class Target:
 
     def gone_reason(self) -> str:
         return "the target exited"
+
+    def ending(self) -> dict[str, Any] | None:
+        """How the target ended on its own during the walk (the report's `exit`), or None."""
+        return None
 
     def close(self) -> None:
         """End what fieldguide started; never touches a process it attached to."""
@@ -218,11 +222,22 @@ class AttachTarget(Target):
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "pid": self._pid, "cmdline": self._cmdline}
 
+    def gone_reason(self) -> str:
+        return f"the target (pid {self._pid}) exited mid-walk"
+
+    def ending(self) -> dict[str, Any] | None:
+        if self.alive():
+            return None
+        # Only a parent can read a process's exit status; fieldguide attached, it is not one.
+        return {"code": None, "signal": None, "exception": None,
+                "text": f"pid {self._pid} exited during the walk (its exit status is visible only to its parent)"}
+
 
 class LaunchTarget(Target):
     """A command fieldguide starts with its agent loaded, and ends when the walk is over."""
 
     kind = "launch"
+    _ended_by_us = False
 
     def __init__(self, cmd: list[str], *, echo: Any = None, env: dict[str, str] | None = None):
         if not cmd:
@@ -234,10 +249,21 @@ class LaunchTarget(Target):
         self._closed = False
         self._close_lock = threading.Lock()
         self._close_done = threading.Event()
+        self._log: collections.deque[str] = collections.deque(maxlen=LOG_LINES_KEPT)
+        self._echo = echo
+        try:
+            self._start(env)
+        except BaseException:
+            # A failed set-up leaves nothing behind: no socket, no thread, no directory.
+            if self.agent is not None:
+                self.agent.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+
+    def _start(self, env: dict[str, str] | None) -> None:
         try:
             self.agent = AgentServer(self._dir)
         except OSError as err:  # e.g. a socket path over 108 bytes under a long $TMPDIR
-            shutil.rmtree(self._dir, ignore_errors=True)
             raise TargetFailed(f"cannot open the agent channel in {self._dir}: {err.strerror or err}") from None
         boot = self._dir / "boot"
         boot.mkdir()
@@ -245,20 +271,16 @@ class LaunchTarget(Target):
         child_env = dict(env if env is not None else os.environ)
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(boot), child_env.get("PYTHONPATH", "")) if p)
         child_env["FIELDGUIDE_AGENT_SOCKET"] = str(self.agent.path)
-        child_env["FIELDGUIDE_AGENT_FILE"] = str(RUNTIME_FILE)
+        child_env["FIELDGUIDE_AGENT_FILE"] = str(AGENT_PACKAGE_FILE)
         child_env["FIELDGUIDE_TRACER_PID"] = str(os.getpid())
         child_env.setdefault("PYTHONUNBUFFERED", "1")  # so its output reaches us as it happens
-        self._log: collections.deque[str] = collections.deque(maxlen=LOG_LINES_KEPT)
-        self._echo = echo
         self.started = time.monotonic()
         try:
             # Its own session: a Ctrl-C meant for fieldguide does not hit the job; we end it ourselves.
             self.popen = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
         except OSError as err:
-            self.agent.close()
-            shutil.rmtree(self._dir, ignore_errors=True)
-            raise TargetFailed(f"cannot start {cmd[0]}: {err.strerror}") from None
+            raise TargetFailed(f"cannot start {self.cmd[0]}: {err.strerror}") from None
         self._reader = threading.Thread(target=self._read_output, name="fieldguide-target-output", daemon=True)
         self._reader.start()
 
@@ -273,9 +295,9 @@ class LaunchTarget(Target):
                 self._echo(line)
 
     def wait_ready(self, timeout: float, min_steps: int = 3) -> bool:
-        """Wait until the agent reports training steps; fail (exit 3) if the command exits first.
-
-        False when the time ran out with no steps (the walk goes on and says so)."""
+        """Wait until the agent reports training steps. False when the time ran out with none
+        (the walk goes on and says so), or when the job ended first having left evidence (steps,
+        an exception): the walk judges what it left. A job that ended leaving nothing fails (exit 3)."""
         assert self.agent is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -284,10 +306,36 @@ class LaunchTarget(Target):
                 return True
             if self.popen.poll() is not None:
                 self._reader.join(timeout=2)
-                raise TargetFailed(f"{self.cmd[0]} exited with status {self.popen.returncode} before it could be "
-                                   "measured", detail=self.log_tail(8))
+                conn = self._settled_connection()
+                if conn is not None and (conn.steps_total or conn.exception()):
+                    return False
+                raise TargetFailed(f"{self.cmd[0]} {self._exit_text()} before it could be measured",
+                                   detail=self.log_tail(8))
             time.sleep(0.05)
         return False
+
+    def _settled_connection(self) -> AgentConnection | None:
+        """The primary connection once the ended job's last messages are in (its socket closed)."""
+        assert self.agent is not None
+        self.agent.wait_for(lambda: all(c.closed for c in self.agent._connections), timeout=2.0)
+        return self.agent.primary()
+
+    def _exit_text(self) -> str:
+        code = self.popen.returncode
+        if code is None:
+            return "is running"
+        if code < 0:
+            try:
+                text = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                text = f"was killed by signal {-code}"
+        else:
+            text = f"exited with status {code}"
+        conn = self.agent.primary() if self.agent else None
+        exc = conn.exception() if conn is not None else None
+        if exc:
+            text += f" ({exc['type']}: {exc['message']}" + (f" at {exc['where']}" if exc.get("where") else "") + ")"
+        return text
 
     def not_ready_reason(self, timeout: float) -> str:
         conn = self.agent.primary() if self.agent else None
@@ -314,7 +362,7 @@ class LaunchTarget(Target):
     def capabilities(self) -> set[str]:
         caps = {"process", *super().capabilities()}
         conn = self.agent.primary() if self.agent else None
-        if conn is not None and not conn.closed:
+        if conn is not None:  # closed too: what an ended job's agent recorded can still be judged
             caps.add("agent")
         return caps
 
@@ -326,8 +374,27 @@ class LaunchTarget(Target):
         return list(self._log)[-lines:]
 
     def gone_reason(self) -> str:
+        if self.popen.poll() is None:
+            return "the target exited mid-probe"
+        conn = self.agent.primary() if self.agent else None
+        steps = f" after {conn.steps_total} steps" if conn is not None else ""
+        return f"the target {self._exit_text()}{steps}"
+
+    def ending(self) -> dict[str, Any] | None:
         code = self.popen.poll()
-        return f"the target exited (status {code}) mid-probe" if code is not None else "the target exited mid-probe"
+        if code is None or self._ended_by_us:
+            return None
+        self._settled_connection()
+        conn = self.agent.primary() if self.agent else None
+        signal_name = None
+        if code < 0:
+            try:
+                signal_name = signal.Signals(-code).name
+            except ValueError:
+                signal_name = str(-code)
+        return {"code": code if code >= 0 else None, "signal": signal_name,
+                "exception": conn.exception() if conn is not None else None,
+                "steps": conn.steps_total if conn is not None else 0, "text": f"the target {self._exit_text()}"}
 
     def close(self) -> None:
         """SIGINT (Python's KeyboardInterrupt: the job's own cleanup runs), then SIGTERM, then SIGKILL.
@@ -337,18 +404,21 @@ class LaunchTarget(Target):
         with self._close_lock:
             first = not self._closed
             self._closed = True
+            self._ended_by_us = self.popen.poll() is None
         if not first:
             self._close_done.wait(timeout=20)
             return
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Ctrl-C, SIGTERM and SIGHUP wait until the job is ended: delivered after, not halfway.
+        blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
         try:
             self._end_job()
         finally:
             self._close_done.set()
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            if on_main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
     def _end_job(self) -> None:
         if self.popen.poll() is None:

@@ -39,8 +39,8 @@ def test_agent_hooks_torch_after_a_find_spec_probe_and_keeps_the_jobs_behaviour(
         conn = target.agent.primary()
         assert conn is not None and conn.steps_total >= 3
         assert conn.torch.get("torch")
-        reply = target.agent.request("state", timeout=10)
-        assert reply["state"]["anomaly_detection"] is False
+        reply = target.agent.request("torchstate", timeout=10)
+        assert reply.ok and reply.result["state"]["anomaly_detection"] is False
         assert target.popen.wait(timeout=30) == 7  # its own exit status
     finally:
         target.close()

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fieldguide.engine import ProbeRunner, Walk
+from fieldguide.engine import Walk
+from fieldguide.runner import ProbeRunner
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import Playbook
 from fieldguide.session import Session

@@ -10,7 +10,7 @@ import pytest
 from fieldguide.errors import BadInput
 from fieldguide.probes.env import parse_torch_version_file
 from fieldguide.probes.gpu import NvmlUnavailable, describe_device, nvml_devices
-from fieldguide.probes.loop import WARMUP_STEPS, loop_values
+from fieldguide.probes.loop import LoopSteps, loop_values
 from fieldguide.probes.process import process_values
 from fieldguide.probes.stats import median, quantile
 from fieldguide.targets import CAP_SYS_PTRACE, classify_py_spy_failure, ptrace_denial
@@ -50,7 +50,7 @@ ITERS = [
 
 
 def test_loop_values_over_the_window_without_warmup():
-    assert WARMUP_STEPS == 3
+    assert LoopSteps.params["warmup_steps"] == 3
     v = loop_values(STEPS, ITERS, window_start=11.5, window_end=18.5, steps_before=0)
     assert v["steps"] == 6
     assert v["boundary"] == "optimizer.step"

@@ -12,7 +12,8 @@ def _fieldguide_boot():
     path = _os.environ.get("FIELDGUIDE_AGENT_FILE")
     if path and _os.environ.get("FIELDGUIDE_AGENT_SOCKET"):
         try:
-            spec = importlib.util.spec_from_file_location("_fieldguide_agent", path)
+            spec = importlib.util.spec_from_file_location(
+                "_fieldguide_agent", path, submodule_search_locations=[_os.path.dirname(path)])
             module = importlib.util.module_from_spec(spec)
             _sys.modules["_fieldguide_agent"] = module
             spec.loader.exec_module(module)

@@ -1,7 +1,10 @@
 """fieldguide's end of the agent channel: a Unix socket in a private directory.
 
 Each Python process of a launched target (ranks, spawned workers) connects on
-its own; the one that reports training steps is the primary agent.
+its own; the one that reports training steps is the primary agent. One client
+call, `request(capability, params, timeout)`, asks a capability of the primary
+agent and returns an AgentReply: a reply always carries its request's id, so a
+failure ends the wait at once instead of running out the timeout.
 """
 
 from __future__ import annotations
@@ -17,7 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-MAX_STEPS_KEPT = 200_000
+PROTOCOL = 2  # the agent's hello says which it speaks (inside/core.py)
+MAX_STREAM_ITEMS = 200_000
+
+
+@dataclass
+class Stream:
+    items: collections.deque[Any] = field(default_factory=lambda: collections.deque(maxlen=MAX_STREAM_ITEMS))
+    total: int = 0  # items ever received (the deque keeps the latest)
+
+
+@dataclass
+class AgentReply:
+    ok: bool
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
 
 
 @dataclass
@@ -25,31 +42,74 @@ class AgentConnection:
     sock: socket.socket
     hello: dict[str, Any] = field(default_factory=dict)
     torch: dict[str, Any] = field(default_factory=dict)
-    steps: collections.deque[list[Any]] = field(default_factory=lambda: collections.deque(maxlen=MAX_STEPS_KEPT))
-    iters: list[dict[str, Any]] = field(default_factory=list)
-    steps_total: int = 0
+    streams: dict[tuple[str, str], Stream] = field(default_factory=dict)
+    hook_failures: list[dict[str, Any]] = field(default_factory=list)
+    agent_errors: list[str] = field(default_factory=list)
     connected_at: float = field(default_factory=time.monotonic)
     closed: bool = False
+    closed_at: float | None = None
 
     @property
     def pid(self) -> int | None:
         return self.hello.get("pid")
+
+    @property
+    def capabilities(self) -> dict[str, dict[str, list[str]]]:
+        return self.hello.get("capabilities") or {}
+
+    def stream(self, capability: str, name: str) -> Stream:
+        return self.streams.setdefault((capability, name), Stream())
+
+    # The loop capability's streams, which most probes read.
+    @property
+    def steps(self) -> collections.deque[list[Any]]:
+        return self.stream("loop", "steps").items
+
+    @property
+    def steps_total(self) -> int:
+        return self.stream("loop", "steps").total
+
+    @property
+    def iters(self) -> list[dict[str, Any]]:
+        return list(self.stream("loop", "iters").items)
+
+    def failures_of(self, capability: str) -> list[str]:
+        return [f"{f.get('hook')}: {f.get('error')}" for f in self.hook_failures if f.get("capability") == capability]
+
+    def exception(self) -> dict[str, Any] | None:
+        """The uncaught exception that ended the job (the main thread's), if the agent saw one."""
+        events = [e for e in self.stream("lifecycle", "events").items if e.get("event") == "exception"]
+        main = [e for e in events if e.get("thread") == "main"]
+        return (main or events or [None])[-1]
+
+    def saw_exit(self) -> bool:
+        return any(e.get("event") == "exit" for e in self.stream("lifecycle", "events").items)
 
 
 class AgentServer:
     def __init__(self, directory: Path):
         self.path = directory / "agent.sock"
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(self.path))
-        os.chmod(self.path, 0o600)
-        self._listener.listen(16)
+        try:
+            self._listener.bind(str(self.path))
+            os.chmod(self.path, 0o600)
+            self._listener.listen(16)
+        except OSError:
+            self._listener.close()
+            raise
         self._connections: list[AgentConnection] = []
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._replies: dict[int, dict[str, Any]] = {}
         self._ids = itertools.count(1)
         self._closing = False
-        threading.Thread(target=self._accept, name="fieldguide-agent-accept", daemon=True).start()
+        self._threads: list[threading.Thread] = []
+        self._start(self._accept, "fieldguide-agent-accept")
+
+    def _start(self, target: Any, name: str, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _accept(self) -> None:
         while not self._closing:
@@ -60,7 +120,7 @@ class AgentServer:
             conn = AgentConnection(sock=sock)
             with self._lock:
                 self._connections.append(conn)
-            threading.Thread(target=self._read, args=(conn,), name="fieldguide-agent-read", daemon=True).start()
+            self._start(self._read, "fieldguide-agent-read", conn)
 
     def _read(self, conn: AgentConnection) -> None:
         buffer = b""
@@ -72,6 +132,7 @@ class AgentServer:
             if not chunk:
                 with self._changed:
                     conn.closed = True
+                    conn.closed_at = time.monotonic()
                     self._changed.notify_all()
                 return
             buffer += chunk
@@ -81,7 +142,8 @@ class AgentServer:
                     message = json.loads(line)
                 except ValueError:
                     continue
-                self._on_message(conn, message)
+                if isinstance(message, dict):
+                    self._on_message(conn, message)
 
     def _on_message(self, conn: AgentConnection, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -90,12 +152,16 @@ class AgentServer:
                 conn.hello = message
             elif kind == "torch":
                 conn.torch = message
-            elif kind == "steps":
-                conn.steps.extend(message["steps"])
-                conn.steps_total += len(message["steps"])
-            elif kind == "iters":
-                conn.iters.extend(message["iters"])
-            elif kind in ("reply", "error") and message.get("id") is not None:
+            elif kind == "stream":
+                stream = conn.stream(str(message.get("capability")), str(message.get("name")))
+                items = message.get("items") or []
+                stream.items.extend(items)
+                stream.total += len(items)
+            elif kind == "hook_failed":
+                conn.hook_failures.append(message)
+            elif kind == "agent_error":
+                conn.agent_errors.append(str(message.get("error")))
+            elif kind == "reply" and message.get("id") is not None:
                 self._replies[message["id"]] = message
             self._changed.notify_all()
 
@@ -118,21 +184,39 @@ class AgentServer:
                 self._changed.wait(min(left, 0.2))
         return True
 
-    def request(self, kind: str, timeout: float, **payload: Any) -> dict[str, Any]:
-        """Send a request to the primary agent and wait for its reply."""
+    def request(self, capability: str, params: dict[str, Any] | None = None, timeout: float = 10.0,
+                name: str | None = None) -> AgentReply:
+        """Ask the primary agent's capability (its only request, unless `name` says which)."""
         conn = self.primary()
         if conn is None or conn.closed:
-            return {"error": "the agent is not connected"}
+            return AgentReply(False, error="the agent is not connected")
+        if conn.hello.get("protocol") != PROTOCOL:
+            return AgentReply(False, error=f"the agent speaks protocol {conn.hello.get('protocol')}, "
+                                           f"fieldguide {PROTOCOL}")
+        offered = conn.capabilities.get(capability)
+        if offered is None:
+            return AgentReply(False, error=f"this agent cannot do {capability} "
+                                           f"(it can: {', '.join(sorted(conn.capabilities)) or 'nothing'})")
+        requests = offered.get("requests") or []
+        name = name or (requests[0] if len(requests) == 1 else None)
+        if name not in requests:
+            return AgentReply(False, error=f"the agent's {capability} answers no request {name!r}")
         request_id = next(self._ids)
-        data = (json.dumps({"type": kind, "id": request_id, **payload}) + "\n").encode()
+        data = (json.dumps({"type": "request", "id": request_id, "capability": capability, "name": name,
+                            "params": params or {}}) + "\n").encode()
         try:
             conn.sock.sendall(data)
         except OSError as err:
-            return {"error": f"the agent channel is closed: {err.strerror}"}
+            return AgentReply(False, error=f"the agent channel is closed: {err.strerror}")
         if not self.wait_for(lambda: request_id in self._replies or conn.closed, timeout):
-            return {"error": f"no reply from the agent within {timeout:.0f} s"}
+            return AgentReply(False, error=f"no reply from the agent within {timeout:.0f} s")
         with self._lock:
-            return self._replies.pop(request_id, {"error": "the target exited before it replied"})
+            reply = self._replies.pop(request_id, None)
+        if reply is None:
+            return AgentReply(False, error="the target exited before it replied")
+        if not reply.get("ok"):
+            return AgentReply(False, error=str(reply.get("error") or "the agent failed without a reason"))
+        return AgentReply(True, result=reply.get("result") or {})
 
     def close(self) -> None:
         self._closing = True
@@ -147,6 +231,13 @@ class AgentServer:
         with self._lock:
             for conn in self._connections:
                 try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)  # wakes its reader
+                except OSError:
+                    pass
+                try:
                     conn.sock.close()
                 except OSError:
                     pass
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=2)

@@ -58,6 +58,9 @@ class Probe:
     # Live series the probe streams while it measures (name -> unit), drawn by the TUI as it
     # comes; the first two are the headline pair (e.g. step time and the wait inside it).
     series: ClassVar[dict[str, str]] = {}
+    # Whether the probe can judge a target that has ended, from what was recorded while it
+    # ran (the agent's streams); other probes are not run on an ended target.
+    reads_history: ClassVar[bool] = False
 
     # Each probe defines `run(self, ctx, <its params as keyword arguments>) -> Measurement`;
     # declared as a callable attribute so that subclasses may name their own parameters.

@@ -9,30 +9,32 @@ import time
 
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.base import NEEDS_AGENT, NEEDS_PROCESS, Probe, ProbeContext
+from fieldguide.probes.agentprobe import AgentProbe
+from fieldguide.probes.base import ProbeContext
 
 
 @register
-class OpProfile(Probe):
+class OpProfile(AgentProbe):
     id = "torch.ops"
     title = "Profile a few steps with torch.profiler: ops per step and time inside ops"
-    needs = frozenset({NEEDS_PROCESS, NEEDS_AGENT})
+    capability = "opprofile"
     params = {"steps": 5, "timeout": 30.0}
     values = {"ops_per_step": "", "median_op_us": "us", "op_time_fraction": "fraction",
               "profiled_steps": "", "profiled_step_ms": "ms", "loader_fraction": "fraction"}
 
     def run(self, ctx: ProbeContext, steps: int = 5, timeout: float = 30.0) -> Measurement:
-        assert ctx.target.agent is not None
         started = time.monotonic()
-        ctx.on_reading({"probe": self.id, "status": f"profiling {steps} steps with torch.profiler"})
+        self.hook_failures(ctx, self.connection(ctx))
+        self.reading(ctx, status=f"profiling {steps} steps with torch.profiler")
         wait = min(timeout, max(ctx.budget_left, 5.0))
-        # The agent drops the request past `timeout`, so a late profile never slows later nodes.
-        reply = ctx.target.agent.request("profile", timeout=wait, steps=steps, timeout_s=wait)
+        # The agent drops the request past `timeout_s`, so a late profile never slows later nodes.
+        reply = self.ask(ctx, {"steps": steps, "timeout_s": wait}, timeout=wait + 1.0)
         elapsed = time.monotonic() - started
-        if "error" in reply:
-            reason = ctx.target.gone_reason() if not ctx.target.alive() else reply["error"]
-            return self.cannot(reason, seconds=elapsed)
-        profile = reply["profile"]
+        if not reply.ok:
+            if not ctx.target.alive():
+                return self.cannot(ctx.target.gone_reason(), seconds=elapsed, applicable=False)
+            return self.cannot(reply.error, seconds=elapsed)
+        profile = reply.result["profile"]
         values = {
             "ops_per_step": round(profile["ops_per_step"], 1),
             "median_op_us": profile["median_op_us"],

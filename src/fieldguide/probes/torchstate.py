@@ -8,7 +8,8 @@ import psutil
 
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.base import NEEDS_AGENT, NEEDS_PROCESS, Probe, ProbeContext
+from fieldguide.probes.agentprobe import AgentProbe
+from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 
 SYNC_DEBUG_NAMES = {0: "default", 1: "warn", 2: "error"}
 
@@ -33,29 +34,42 @@ def debug_values(state: dict) -> dict:
 
 
 @register
-class TorchFlags(Probe):
+class TorchFlags(AgentProbe):
     id = "torch.flags"
     title = "Read torch's debugging switches inside the target"
-    needs = frozenset({NEEDS_PROCESS, NEEDS_AGENT})
+    capability = "torchstate"
+    reads_history = True
     params = {"timeout": 10.0}
     values = {"anomaly_detection": "", "autograd_profiler": "", "sync_debug_mode": "", "sync_debug_on": "",
               "cuda_launch_blocking": "", "deterministic_algorithms": "", "torch": "", "cuda": "",
               "num_threads": "", "debug_switches_on": "", "debug_switches": ""}
 
     def run(self, ctx: ProbeContext, timeout: float = 10.0) -> Measurement:
-        assert ctx.target.agent is not None
         started = time.monotonic()
-        reply = ctx.target.agent.request("state", timeout=timeout)
+        conn = self.connection(ctx)
+        failures = self.hook_failures(ctx, conn)
+        if ctx.target.alive():
+            reply = self.ask(ctx, timeout=timeout)
+            if not reply.ok:
+                return self.cannot(reply.error, seconds=time.monotonic() - started)
+            state = reply.result["state"]
+        else:  # it ended: the last snapshot it left (first step, exit)
+            snapshots = list(conn.stream(self.capability, "snapshots").items) if conn is not None else []
+            if not snapshots:
+                return self.cannot(f"{ctx.target.gone_reason()} before torch's state was read",
+                                   applicable=False)
+            state = snapshots[-1]
         elapsed = time.monotonic() - started
-        if "error" in reply:
-            return self.cannot(reply["error"], seconds=elapsed)
-        state = reply["state"]
         if not state.get("torch_imported"):
             return self.cannot("the target has not imported torch", seconds=elapsed)
-        where = "on the training thread" if state.get("sampled_on") == "training" else "from the agent thread"
+        where = {"training": "on the training thread", "agent": "from the agent thread",
+                 "exit": "as the target exited"}.get(state.get("sampled_on"), "")
+        provenance = (f"agent: torch.is_anomaly_enabled(), _profiler_enabled(), get_sync_debug_mode(), "
+                      f"environ; read {where} at step {state.get('step_count')}")
+        if failures:
+            provenance += f"; hooks that did not install: {'; '.join(failures)}"
         return self.measurement(values=debug_values(state), evidence={"state": state}, seconds=elapsed,
-                                provenance=f"agent: torch.is_anomaly_enabled(), _profiler_enabled(), "
-                                           f"get_sync_debug_mode(), environ; read {where}")
+                                provenance=provenance)
 
 
 @register
@@ -86,12 +100,13 @@ class TorchFlagsOutside(Probe):
             "anomaly_trace_samples": stacks.values.get("anomaly_trace_samples"),
             "profiler_fraction": stacks.values.get("profiler_fraction"),
         }
+        # What was seen at all, described; whether it is enough to matter is the playbook's call.
         seen = [name for name, on in (
-            ("cuda_launch_blocking", values["cuda_launch_blocking"]),
-            ("anomaly_detection (its per-op traceback capture in {} samples)".format(values["anomaly_trace_samples"]),
-             (values["anomaly_trace_samples"] or 0) >= 1),
-            ("autograd_profiler ({:.0%} of samples)".format(values["profiler_fraction"] or 0),
-             (values["profiler_fraction"] or 0) >= 0.05)) if on]
+            ("CUDA_LAUNCH_BLOCKING set", values["cuda_launch_blocking"]),
+            ("anomaly-mode traceback capture in {} samples".format(values["anomaly_trace_samples"]),
+             bool(values["anomaly_trace_samples"])),
+            ("profiler frames in {:.0%} of samples".format(values["profiler_fraction"] or 0),
+             bool(values["profiler_fraction"]))) if on]
         values["debug_switches"] = ", ".join(seen) or "none seen"
         return self.measurement(values=values, evidence={"top_stacks": stacks.evidence.get("top_stacks", [])},
                                 seconds=time.monotonic() - started,

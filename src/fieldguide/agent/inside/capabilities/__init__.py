@@ -1,0 +1,1 @@
+"""Capability modules: each exposes CAPABILITY, a Capability subclass."""

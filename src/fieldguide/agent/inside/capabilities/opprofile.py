@@ -1,0 +1,159 @@
+"""An op profile of a few steps with torch.profiler, started and stopped at step boundaries.
+
+The profiler costs ~2x while active, so a request asks for a few steps only, and
+a request nobody waits for any more (past its `timeout_s`) is dropped. Never
+started over the job's own profiler.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import ModuleType
+from typing import Any
+
+from ..capability import Capability
+from .torchstate import profiler_enabled
+
+
+class OpProfile(Capability):
+    name = "opprofile"
+    requests = ("profile",)
+
+    def start(self) -> None:
+        self.lock = threading.Lock()  # the request is swapped on two threads
+        self.request: dict[str, Any] | None = None
+        self.profiler: Any = None
+        self.steps_left = 0
+        self.t0 = 0.0
+
+    def on_request(self, name: str, request_id: Any, params: dict[str, Any]) -> None:
+        with self.lock:
+            busy = self.request is not None or self.profiler is not None
+            if not busy:
+                self.request = {"id": request_id, "steps": int(params.get("steps", 5)),
+                                "deadline": time.monotonic() + float(params.get("timeout_s", 30))}
+        if busy:
+            self.agent.fail(request_id, "a profile is already running")
+        else:
+            self.agent.add_step_listener(self)
+
+    def tick(self) -> None:
+        with self.lock:
+            request = self.request
+            if request is None or time.monotonic() <= request["deadline"]:
+                return
+            self.request = None  # fieldguide stopped waiting
+        self.agent.fail(request["id"], "no training step came to profile")
+        if self.profiler is None:
+            self.agent.remove_step_listener(self)
+
+    def on_step(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        if self.profiler is None:
+            with self.lock:
+                request, self.request = self.request, None
+            if request is None:
+                self.agent.remove_step_listener(self)
+                return
+            self.begin(torch, request)
+            return
+        self.steps_left -= 1
+        if self.steps_left <= 0:
+            self.end()
+
+    def begin(self, torch: ModuleType, request: dict[str, Any]) -> None:
+        if profiler_enabled(torch):  # the job's own profiler is running: never fight it
+            self.agent.fail(request["id"], "a torch profiler is already active in the job")
+            self.agent.remove_step_listener(self)
+            return
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            activities = [ProfilerActivity.CPU]
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                activities.append(ProfilerActivity.CUDA)
+            profiler = profile(activities=activities)
+            profiler.__enter__()
+        except Exception as err:
+            self.agent.fail(request["id"], f"torch.profiler failed: {err!r}")
+            self.agent.remove_step_listener(self)
+            return
+        self.profiler, self.profiled, self.steps_left, self.t0 = profiler, request, request["steps"], time.monotonic()
+
+    def end(self) -> None:
+        profiler, self.profiler = self.profiler, None
+        self.agent.remove_step_listener(self)
+        wall = time.monotonic() - self.t0
+        request = self.profiled
+        try:
+            profiler.__exit__(None, None, None)
+        except Exception as err:
+            self.agent.fail(request["id"], f"torch.profiler failed: {err!r}")
+            return
+        # Reading the events is slow: do it off the training thread.
+        threading.Thread(target=self.send_profile, args=(profiler, request, wall), daemon=True).start()
+
+    def send_profile(self, profiler: Any, request: dict[str, Any], wall: float) -> None:
+        try:
+            self.agent.reply(request["id"], {"profile": summarize_profile(profiler, request["steps"], wall)})
+        except Exception as err:
+            self.agent.fail(request["id"], f"could not read the profile: {err!r}")
+
+
+def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
+    """Ops per step, median op time, and the share of step time inside ops.
+
+    "Ops" are the outermost aten:: calls (an op's own children are part of it);
+    DataLoader time is taken out of the wall time so that input waits do not
+    read as framework overhead.
+    """
+    outer: list[tuple[str, float]] = []
+    loader_us = 0.0
+    device_us = 0.0
+    for event in profiler.events():
+        name = event.name
+        if name.startswith("enumerate(DataLoader)"):
+            loader_us += event.cpu_time_total
+            continue
+        if getattr(event, "device_type", None) is not None and str(event.device_type).endswith("CUDA"):
+            device_us += getattr(event, "device_time_total", 0.0) or 0.0
+            continue
+        if not name.startswith("aten::"):
+            continue
+        parent = event.cpu_parent
+        nested = False
+        while parent is not None:
+            # Inside another op, or inside the DataLoader (collate, a num_workers=0 dataset):
+            # loader time is taken out of the wall time, so its ops must not count either.
+            if parent.name.startswith(("aten::", "enumerate(DataLoader)")):
+                nested = True
+                break
+            parent = parent.cpu_parent
+        if not nested:
+            outer.append((name, event.cpu_time_total))
+    durations = sorted(d for _, d in outer)
+    op_us = sum(durations)
+    compute_wall_us = max(wall * 1e6 - loader_us, 1.0)
+    by_name: dict[str, tuple[float, int]] = {}
+    for name, d in outer:
+        total, count = by_name.get(name, (0.0, 0))
+        by_name[name] = (total + d, count + 1)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:10]
+    return {
+        "steps": steps,
+        "wall_s": wall,
+        "ops": len(outer),
+        "ops_per_step": len(outer) / max(steps, 1),
+        "median_op_us": durations[len(durations) // 2] if durations else None,
+        "op_time_fraction": min(op_us / compute_wall_us, 1.0),
+        "loader_fraction": min(loader_us / max(wall * 1e6, 1.0), 1.0),
+        "device_time_us": device_us or None,
+        "top_ops": [{"op": n, "total_us": round(t, 1), "count": c} for n, (t, c) in top],
+    }
+
+
+CAPABILITY = OpProfile
