@@ -76,6 +76,8 @@ class ProbeRunner:
                 self._running.pop()
             elapsed = self._time.monotonic() - started
             measurement.seconds = measurement.seconds or elapsed
+            if not measurement.ok and not self.target.alive():
+                measurement.applicable = False  # the target ended under it: not a failure to measure
             if self._depth == 0:
                 self.spent += elapsed
             if not self.cancelled.is_set():  # a cut-short window must not stand for a full one

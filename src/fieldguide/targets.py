@@ -373,15 +373,24 @@ class LaunchTarget(Target):
     def log_tail(self, lines: int = 40) -> list[str]:
         return list(self._log)[-lines:]
 
+    def _reap(self) -> int | None:
+        """The exit status once the job is gone (a process still tearing down gets a moment)."""
+        if self.popen.poll() is None and not self.alive():
+            try:
+                self.popen.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.popen.poll()
+
     def gone_reason(self) -> str:
-        if self.popen.poll() is None:
+        if self._reap() is None:
             return "the target exited mid-probe"
         conn = self.agent.primary() if self.agent else None
         steps = f" after {conn.steps_total} steps" if conn is not None else ""
         return f"the target {self._exit_text()}{steps}"
 
     def ending(self) -> dict[str, Any] | None:
-        code = self.popen.poll()
+        code = self._reap()
         if code is None or self._ended_by_us:
             return None
         self._settled_connection()

@@ -46,3 +46,38 @@ def test_agent_hooks_torch_after_a_find_spec_probe_and_keeps_the_jobs_behaviour(
         target.close()
     assert any(line.startswith("done ") for line in target.log_tail())  # its output is kept
     assert not Path(target._dir).exists()  # the private directory is gone
+
+
+RAISES_IN_STEP_3 = textwrap.dedent("""
+    import torch
+    model = torch.nn.Linear(32, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(100):
+        loss = model(torch.randn(64, 32)).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        if step == 2:
+            raise ValueError("bad batch in step 3")
+""")
+
+
+def test_a_job_that_raises_in_its_third_step_is_judged_on_what_it_left(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    script = tmp_path / "raises.py"
+    script.write_text(RAISES_IN_STEP_3)
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "fieldguide", "diagnose", "--playbook", "slow-training",
+                           "--report", str(report), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback (most recent call last)" not in proc.stderr.split("report written")[0].split("| ")[0]
+    data = json.loads(report.read_text())
+    assert proc.returncode != 3, data
+    assert data["exit"]["code"] == 1
+    assert data["exit"]["exception"]["type"] == "ValueError"
+    assert data["exit"]["exception"]["message"] == "bad batch in step 3"
+    assert data["exit"]["exception"]["where"].startswith("raises.py:")
+    # What it left was judged: its debug switches (the snapshot at its first step) and its steps.
+    judged = {p["node"]: p["status"] for p in data["path"]}
+    assert judged["env.debug-flags"] == "pass" and judged["input.data-wait"] == "pass"
+    assert "ValueError: bad batch in step 3" in data["note"]

@@ -74,7 +74,9 @@ class AgentConnection:
         return list(self.stream("loop", "iters").items)
 
     def failures_of(self, capability: str) -> list[str]:
-        return [f"{f.get('hook')}: {f.get('error')}" for f in self.hook_failures if f.get("capability") == capability]
+        """Hooks of a capability that did not install, and any failure of the agent itself."""
+        own = [f"{f.get('hook')}: {f.get('error')}" for f in self.hook_failures if f.get("capability") == capability]
+        return own + [f"agent: {e}" for e in self.agent_errors]
 
     def exception(self) -> dict[str, Any] | None:
         """The uncaught exception that ended the job (the main thread's), if the agent saw one."""

@@ -1,0 +1,167 @@
+"""The in-job agent's core on a socket pair, without torch: dispatch, replies, failures, exit."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fieldguide.agent.channel import PROTOCOL
+from fieldguide.agent.inside.capabilities.opprofile import OpProfile
+from fieldguide.agent.inside.core import PROTOCOL as AGENT_PROTOCOL
+from fieldguide.agent.inside.core import Agent, capability_classes
+
+
+class Host:
+    """fieldguide's end of a socket pair: send requests, read messages."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+        self.sock.settimeout(5)
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall((json.dumps(message) + "\n").encode())
+
+    def messages(self, until: Any, timeout: float = 5.0) -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                seen.append(json.loads(line))
+                if until(seen[-1]):
+                    return seen
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                break
+            self.buffer += chunk
+        raise AssertionError(f"not seen within {timeout} s; got {seen}")
+
+
+@pytest.fixture
+def agent_and_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Agent, Host]]:
+    import atexit
+    import sys
+
+    # The lifecycle capability hooks these process-wide: put them back after each test.
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    monkeypatch.setattr(atexit, "register", lambda func, *a, **k: func)
+    inside, outside = socket.socketpair()
+    agent = Agent(inside)
+    agent.start()
+    thread = threading.Thread(target=agent.serve, daemon=True)
+    thread.start()
+    yield agent, Host(outside)
+    agent.disabled = True
+    outside.close()
+    thread.join(timeout=2)
+    inside.close()
+
+
+def test_hello_names_the_protocol_and_every_capability(agent_and_host: tuple[Agent, Host]) -> None:
+    _, host = agent_and_host
+    hello = host.messages(lambda m: m["type"] == "hello")[-1]
+    assert hello["protocol"] == PROTOCOL == AGENT_PROTOCOL
+    assert set(hello["capabilities"]) == {c.name for c in capability_classes()}
+    assert {"loop", "torchstate", "opprofile", "lifecycle"} <= set(hello["capabilities"])
+    assert hello["capabilities"]["torchstate"]["requests"] == ["state"]
+
+
+def test_an_unknown_capability_is_an_error_reply_with_the_request_id(agent_and_host: tuple[Agent, Host]) -> None:
+    _, host = agent_and_host
+    host.send({"type": "request", "id": 41, "capability": "telepathy", "name": "read", "params": {}})
+    reply = host.messages(lambda m: m["type"] == "reply")[-1]
+    assert reply == {"type": "reply", "id": 41, "ok": False, "error": reply["error"]}
+    assert "no capability 'telepathy'" in reply["error"] and "torchstate" in reply["error"]
+
+
+def test_a_handler_that_raises_is_an_error_reply_and_the_agent_goes_on(agent_and_host: tuple[Agent, Host],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, host = agent_and_host
+
+    def broken(name: str, request_id: Any, params: dict[str, Any]) -> None:
+        raise RuntimeError("handler bug")
+
+    monkeypatch.setattr(agent.capabilities["torchstate"], "on_request", broken)
+    host.send({"type": "request", "id": 7, "capability": "torchstate", "name": "state"})
+    reply = host.messages(lambda m: m["type"] == "reply")[-1]
+    assert reply["id"] == 7 and reply["ok"] is False and "RuntimeError: handler bug" in reply["error"]
+    host.send(b"not json".decode())  # malformed line: still no crash
+    host.send({"type": "request", "id": 8, "capability": "opprofile", "name": "nope"})
+    reply = host.messages(lambda m: m["type"] == "reply" and m["id"] == 8)[-1]
+    assert reply["ok"] is False and "answers no request 'nope'" in reply["error"]
+
+
+def test_the_agent_thread_survives_a_failing_tick_and_reports_it(agent_and_host: tuple[Agent, Host],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, host = agent_and_host
+    calls = []
+
+    def flaky_flush() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("flush bug")
+        Agent.flush(agent)
+
+    monkeypatch.setattr(agent, "flush", flaky_flush)
+    error = host.messages(lambda m: m["type"] == "agent_error")[-1]
+    assert "ValueError: flush bug" in error["error"]
+    host.send({"type": "request", "id": 3, "capability": "torchstate", "name": "state"})
+    # No torch and no step: answered from the agent thread once the stall time passes.
+    reply = host.messages(lambda m: m["type"] == "reply" and m["id"] == 3, timeout=8)[-1]
+    assert reply["ok"] is True and reply["result"]["state"]["sampled_on"] == "agent"
+
+
+def test_a_hook_that_fails_to_install_reports_itself(agent_and_host: tuple[Agent, Host]) -> None:
+    agent, host = agent_and_host
+    agent.hook_failed("loop", "DataLoader __next__/__iter__", AttributeError("no _BaseDataLoaderIter"))
+    failed = host.messages(lambda m: m["type"] == "hook_failed")[-1]
+    assert failed["capability"] == "loop" and "AttributeError: no _BaseDataLoaderIter" in failed["error"]
+
+
+def test_a_profile_request_dropped_by_the_agent_thread_mid_step_is_no_crash() -> None:
+    # The race the review found: the agent thread drops a stale request while the training
+    # thread is about to start it. The swap is under a lock and read once.
+    inside, outside = socket.socketpair()
+    agent = Agent(inside)
+    agent.start()
+    profile = agent.capabilities["opprofile"]
+    assert isinstance(profile, OpProfile)
+    profile.on_request("profile", 1, {"steps": 2, "timeout_s": 0.0})
+    time.sleep(0.01)
+    profile.tick()  # past its deadline: dropped, failed with its id
+    profile.on_step()  # the training thread finds nothing to start, and stops listening
+    assert profile.request is None and profile.profiler is None
+    assert profile not in agent.step_listeners
+    failed = [m for m in agent.outbox if m.get("type") == "reply"]
+    assert failed == [{"type": "reply", "id": 1, "ok": False, "error": "no training step came to profile"}]
+    inside.close()
+    outside.close()
+
+
+def test_an_uncaught_exception_is_recorded_and_flushed(agent_and_host: tuple[Agent, Host]) -> None:
+    import sys
+
+    agent, host = agent_and_host
+    lifecycle = agent.capabilities["lifecycle"]
+    try:
+        raise MemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    except MemoryError:
+        sys.excepthook(*sys.exc_info())
+    events = host.messages(lambda m: m["type"] == "stream" and m["capability"] == "lifecycle"
+                           and any(e["event"] == "exit" for e in m["items"]))
+    items = [e for m in events if m["type"] == "stream" and m["capability"] == "lifecycle" for e in m["items"]]
+    exc = next(e for e in items if e["event"] == "exception")
+    assert exc["type"] == "MemoryError" and "Tried to allocate" in exc["message"]
+    assert exc["where"].startswith("test_agent_core.py:")
+    assert lifecycle.ended

@@ -1,0 +1,85 @@
+"""The walk's verdict over departures that lead on, and over targets that end mid-walk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fieldguide.engine import CLEAN, DEPART, INCONCLUSIVE, PASS, SKIP, Walk
+from fieldguide.measurement import Measurement
+from fieldguide.playbook import parse_expectation
+from fieldguide.playbook.schema import Cause, Edge, MeasureOption, Node, Playbook
+from fieldguide.runner import ProbeRunner
+
+CAUSE = Cause(id="input.waiting", title="waits", summary="{x}", why="why", fix=("fix",), verify="verify")
+
+
+def node(node_id: str, probe: str, expect: dict[str, Any], on_pass: Edge, on_depart: Edge) -> Node:
+    option = MeasureOption(probe=probe, params={}, expect=parse_expectation(expect, node_id))
+    return Node(id=node_id, question="?", why="why", measure=(option,), on_pass=on_pass, on_depart=on_depart)
+
+
+def playbook(*nodes: Node) -> Playbook:
+    return Playbook(id="t", title="t", purpose="t", start=nodes[0].id, nodes={n.id: n for n in nodes},
+                    causes={"input.waiting": CAUSE}, leaves={"healthy": "all fine"})
+
+
+def measure_with(values: dict[str, dict[str, Any] | Measurement]) -> Any:
+    def measure(option: MeasureOption) -> Measurement:
+        spec = values[option.probe]
+        return spec if isinstance(spec, Measurement) else Measurement(probe=option.probe, values=dict(spec))
+    return measure
+
+
+def test_a_departure_followed_by_a_pass_to_a_leaf_is_not_clean() -> None:
+    # The review's repro: A departs, its depart edge leads to B, B passes to a healthy leaf.
+    book = playbook(
+        node("a", "loop.steps", {"x": {"below": 0.1}}, Edge("leaf", "healthy"), Edge("node", "b")),
+        node("b", "stacks.sample", {"y": {"below": 0.5}}, Edge("leaf", "healthy"), Edge("cause", "input.waiting")))
+    walk = Walk(book, lambda: {"process", "agent"}, measure_with({"loop.steps": {"x": 0.9},
+                                                                  "stacks.sample": {"y": 0.1}}))
+    walk.run()
+    assert [r.status for r in walk.path] == [DEPART, PASS]
+    assert walk.verdict == INCONCLUSIVE
+    assert "a departed from its expectation" in walk.caveat
+
+
+def test_a_target_that_ended_skips_what_it_cannot_judge_and_keeps_what_it_measured() -> None:
+    book = playbook(
+        node("a", "loop.steps", {"x": {"below": 0.1}}, Edge("node", "b"), Edge("cause", "input.waiting")),
+        node("b", "stacks.sample", {"y": {"below": 0.5}}, Edge("leaf", "healthy"), Edge("cause", "input.waiting")))
+    ended = Measurement.cannot("stacks.sample", "the target exited with status 1 (ValueError: x)", applicable=False)
+    walk = Walk(book, lambda: {"process", "agent"}, measure_with({"loop.steps": {"x": 0.02},
+                                                                  "stacks.sample": ended}))
+    walk.run()
+    assert [r.status for r in walk.path] == [PASS, SKIP]
+    assert "ValueError" in walk.path[1].note
+    assert walk.verdict == CLEAN and "not measured on this target: b" in walk.caveat
+
+
+def test_a_failure_to_measure_is_still_an_error() -> None:
+    book = playbook(
+        node("a", "loop.steps", {"x": {"below": 0.1}}, Edge("leaf", "healthy"), Edge("cause", "input.waiting")))
+    walk = Walk(book, lambda: {"process", "agent"},
+                measure_with({"loop.steps": Measurement.cannot("loop.steps", "py-spy failed")}))
+    walk.run()
+    assert walk.path[0].status == "error" and walk.verdict == INCONCLUSIVE
+
+
+class EndedTarget:
+    kind = "launch"
+    pid = 1
+    agent = None
+
+    def alive(self) -> bool:
+        return False
+
+    def gone_reason(self) -> str:
+        return "the target exited with status 1 (ValueError: bad batch)"
+
+
+def test_the_runner_runs_only_history_readers_on_an_ended_target() -> None:
+    runner = ProbeRunner(EndedTarget(), budget=10.0)
+    stacks = runner.measure_probe("stacks.sample", {})
+    assert not stacks.ok and not stacks.applicable and "ValueError: bad batch" in (stacks.unavailable or "")
+    loop = runner.measure_probe("loop.steps", {})  # reads history: it runs, and says the agent is absent
+    assert not loop.ok and loop.unavailable == "the in-process agent is not connected"
