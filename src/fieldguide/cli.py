@@ -95,12 +95,11 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
     if args.command == "explain":
         return _explain(args.cause)
     if args.command == "demo":
-        from fieldguide.session import demo_command
-
+        command = demo_command()  # before anything starts: no torch is one line, not a traceback
         if args.no_tui or not sys.stdout.isatty() or args.report or args.budget:
-            return _diagnose_headless("slow-training", None, demo_command(), args.report, args.format,
+            return _diagnose_headless("slow-training", None, command, args.report, args.format,
                                       args.budget, show_output=False)
-        return _tui(None, demo_command(), "slow-training", demo=True)
+        return _tui(None, command, "slow-training", demo=True)
     if args.command == "diagnose":
         if sum((args.pid is not None, bool(cmd), args.local)) != 1:
             raise FieldguideError("diagnose needs exactly one target: --pid PID, -- CMD [ARGS...] or --local")
@@ -113,6 +112,47 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
                                       show_output=args.show_output)
         return _tui(args.pid, cmd, args.playbook)
     return _tui(args.pid, cmd, None)
+
+
+DEMO_PYTHON_ENV = "FIELDGUIDE_DEMO_PYTHON"
+_HAS_TORCH = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"
+
+
+def demo_python() -> str:
+    """The interpreter that runs the demo's training job: $FIELDGUIDE_DEMO_PYTHON, else this one.
+
+    fieldguide itself never needs torch (the job's own interpreter does), so torch is an
+    extra; the demo job needs it. Checked without importing torch here."""
+    how = f"pip install 'fieldguide[demo]', or set {DEMO_PYTHON_ENV} to a Python that has torch"
+    chosen = os.environ.get(DEMO_PYTHON_ENV, "").strip()
+    if not chosen:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            raise FieldguideError(f"the demo trains a small torch model, and this Python ({sys.executable}) "
+                                  f"has no torch: {how}")
+        return sys.executable
+    import shutil
+    import subprocess
+
+    python = shutil.which(chosen) or chosen
+    try:
+        done = subprocess.run([python, "-c", _HAS_TORCH], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise FieldguideError(f"{DEMO_PYTHON_ENV}={chosen} cannot be run ({getattr(err, 'strerror', None) or err}): "
+                              f"{how}") from None
+    if done.returncode == 3:
+        raise FieldguideError(f"{DEMO_PYTHON_ENV}={chosen} has no torch: {how}")
+    if done.returncode != 0:
+        raise FieldguideError(f"{DEMO_PYTHON_ENV}={chosen} is not a working Python (exit {done.returncode}): {how}")
+    return python
+
+
+def demo_command() -> list[str]:
+    """The bundled faulty workload, run by demo_python()."""
+    from fieldguide import workloads
+
+    return [demo_python(), str(workloads.path(workloads.DEMO))]
 
 
 def _list_playbooks() -> int:
@@ -239,5 +279,22 @@ def _tui(pid: int | None, cmd: list[str], playbook_id: str | None, demo: bool = 
     return run_app(pid=pid, cmd=cmd or None, playbook_id=playbook_id, demo=demo)
 
 
+def run() -> NoReturn:
+    """`python -m fieldguide.cli`: main(), then flush and leave at once with its status.
+
+    os._exit is deliberate: a probe thread still inside a measurement (a py-spy window, an
+    agent request) when the walk is cancelled must not hold the process open for seconds
+    after the user asked to quit. os._exit skips the flush of Python's own buffers, so they
+    are flushed here first: otherwise `fieldguide playbooks | cat` (stdout a pipe, block
+    buffered) would print nothing."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`) or a closed stream: nothing to keep
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    os._exit(main())
+    run()

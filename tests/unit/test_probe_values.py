@@ -11,7 +11,7 @@ from fieldguide.errors import BadInput
 from fieldguide.probes.env import parse_torch_version_file
 from fieldguide.probes.gpu import NvmlUnavailable, describe_device, nvml_devices
 from fieldguide.probes.loop import LoopSteps, loop_values
-from fieldguide.probes.process import process_values
+from fieldguide.probes.process import interval_cores, process_values
 from fieldguide.probes.stats import median, quantile
 from fieldguide.targets import CAP_SYS_PTRACE, classify_py_spy_failure, ptrace_denial
 
@@ -111,11 +111,11 @@ def test_process_values_cores_from_cpu_second_deltas():
     v = process_values(first, last, root_pid=100, seconds=4.0, cores=8, rss_series=[1000.0, 1010.0, 1030.0],
                        spawned=1)
     assert v == {
-        "cpu_cores": 8,
+        "usable_cores": 8,
         "main_cpu_cores": 1.0,
-        "workers": 2,
+        "worker_count": 2,
         "worker_cpu_cores": 1.0,
-        "worker_busy_fraction": 0.5,
+        "worker_cores_mean": 0.5,
         "tree_cpu_fraction": 0.25,
         "voluntary_switch_share": 0.875,
         "rss_mb": 1030.0,
@@ -126,13 +126,14 @@ def test_process_values_cores_from_cpu_second_deltas():
 
 def test_process_values_a_pid_missing_from_first_counts_from_zero():
     v = process_values({100: snap(1.0)}, {100: snap(2.0), 101: snap(3.0)}, 100, 2.0, 4, [], 0)
-    assert v["worker_cpu_cores"] == 1.5 and v["worker_busy_fraction"] == 1.5
+    # One worker using 1.5 cores: a mean in cores, which may pass 1 (it was once misnamed a fraction).
+    assert v["worker_cpu_cores"] == 1.5 and v["worker_cores_mean"] == 1.5
 
 
 def test_process_values_without_workers():
     v = process_values({100: snap(3.0, 10, 10)}, {100: snap(5.0, 10, 10)}, 100, 2.0, 4, [512.0], 0)
-    assert v["workers"] == 0
-    assert v["worker_busy_fraction"] is None
+    assert v["worker_count"] == 0
+    assert v["worker_cores_mean"] is None
     assert v["worker_cpu_cores"] == 0.0
     assert v["main_cpu_cores"] == 1.0
     assert v["tree_cpu_fraction"] == 0.25
@@ -151,6 +152,69 @@ def test_process_values_saturated_tree_and_negative_deltas():
 def test_process_values_no_target():
     v = process_values({}, {}, 100, 1.0, 0, [], 0)
     assert v["main_cpu_cores"] == 0.0 and v["tree_cpu_fraction"] is None and v["rss_mb"] is None
+
+
+def test_interval_cores_main_and_children_between_two_snapshots():
+    prev = {100: snap(10.0), 101: snap(2.0)}
+    now = {100: snap(10.5), 101: snap(2.25), 102: snap(0.25)}  # 102 was born since prev
+    assert interval_cores(prev, now, 100, 0.5) == (1.0, 1.0)
+    assert interval_cores(prev, {}, 100, 0.5) == (0.0, 0)  # the tree is gone
+    assert interval_cores(prev, now, 100, 0.0) == (0.0, 0.0)
+
+
+def test_every_fraction_process_cpu_returns_is_between_0_and_1():
+    from fieldguide.probes.process import ProcessCpu
+
+    # Oversubscribed: 3 workers each burning 1.5 cores on a 2-core box.
+    first = {100: snap(0.0), 101: snap(0.0), 102: snap(0.0), 103: snap(0.0)}
+    last = {100: snap(4.0, 1, 9), 101: snap(3.0), 102: snap(3.0), 103: snap(3.0)}
+    v = process_values(first, last, 100, 2.0, 2, [10.0, 20.0], 0)
+    for name, unit in ProcessCpu.values.items():
+        if unit == "fraction" and v[name] is not None:
+            assert 0.0 <= v[name] <= 1.0, (name, v[name])
+    assert v["worker_cores_mean"] == 1.5
+
+
+def test_process_cpu_streams_its_declared_series(monkeypatch):
+    """The probe streams RSS and CPU as the series it declares, through Probe.reading."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from fieldguide.probes.base import ProbeContext
+    from fieldguide.probes.process import ProcessCpu
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    readings: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def on_reading(r: dict[str, Any]) -> None:
+        with lock:
+            readings.append(r)
+
+    class Me:
+        pid = os.getpid()
+        agent = None
+
+        def alive(self) -> bool:
+            return True
+
+        def gone_reason(self) -> str:
+            return "gone"
+
+    try:
+        m = ProcessCpu().run(ProbeContext(target=Me(), on_reading=on_reading), seconds=0.6, interval=0.2)
+    finally:
+        child.kill()
+        child.wait()
+    assert m.ok and m.values["worker_count"] >= 1
+    assert all(r["probe"] == "process.cpu" for r in readings)
+    streamed = [r["series"] for r in readings if "series" in r]
+    assert streamed, readings
+    assert set(streamed[-1]) == set(ProcessCpu.series) == {"rss_mb", "main_cpu_cores", "worker_cpu_cores"}
+    assert len(streamed[-1]["rss_mb"]) >= 2 and streamed[-1]["rss_mb"][-1] > 1.0
+    assert all("elapsed" in r and "of" in r for r in readings)
 
 
 # --- parse_torch_version_file --------------------------------------------------------------------------

@@ -2,25 +2,39 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from fieldguide.probes.stackclass import (
     ANOMALY,
     BACKWARD,
+    COLLECTIVE,
     DATA_WAIT,
+    DEVICE_SYNC,
     FORWARD,
     IO,
+    LOCK_WAIT,
     OPTIMIZER,
     OTHER,
     PRODUCE,
     PROFILER,
+    SLEEP,
     STARTUP,
     WORKER_IDLE,
+    ThreadSample,
+    classify_call,
     classify_main,
     classify_worker,
     summarize,
 )
-from fieldguide.probes.stacks import MIN_PRODUCE_SAMPLES, parse_raw, stack_values
+from fieldguide.probes.stacks import (
+    MIN_PRODUCE_SAMPLES,
+    SourceReader,
+    parse_raw,
+    stack_values,
+    statement_spans,
+)
 
 MAIN_PID = 100
 PROC = f'process {MAIN_PID}:"python train.py"'
@@ -253,11 +267,11 @@ def values_of(all_text: str, active_text: str) -> dict:
 def test_stack_values_data_wait_with_cpu_bound_workers():
     values = values_of(*starved_by_workers())
     assert values["samples"] == 100
-    assert values["workers"] == 2
+    assert values["workers_sampled"] == 2
     assert values["data_wait_fraction"] == pytest.approx(0.8)
     assert values["producer"] == "workers"
     assert values["producer_cpu_fraction"] == pytest.approx(0.9)
-    assert values["worker_busy_fraction"] == pytest.approx(0.75)
+    assert values["worker_producing_fraction"] == pytest.approx(0.75)
     assert values["forward_fraction"] == pytest.approx(0.12)
     assert values["backward_fraction"] == pytest.approx(0.08)
     assert values["io_fraction"] == 0.0
@@ -280,11 +294,11 @@ def test_stack_values_producing_in_the_main_process():
                           main_line(OPTIMIZER_STACK, 20)])
     active_text = "\n".join([main_line(PRODUCE_IN_MAIN, 45), main_line(FORWARD_STACK, 30)])
     values = values_of(all_text, active_text)
-    assert values["workers"] == 0
+    assert values["workers_sampled"] == 0
     assert values["producer"] == "main process"
     assert values["producer_cpu_fraction"] == pytest.approx(0.9)
     assert values["data_wait_fraction"] == pytest.approx(0.5)  # producing in main counts as waiting for data
-    assert values["worker_busy_fraction"] is None
+    assert values["worker_producing_fraction"] is None
     assert values["optimizer_fraction"] == pytest.approx(0.2)
 
 
@@ -402,6 +416,151 @@ def test_children_that_are_not_dataloader_workers_are_not_counted_as_workers():
     compile_worker = [ThreadSample(9, "worker", "MainThread", [("<module>", "torch/_inductor/compile_worker/__main__.py"),
                                    ("wait", "multiprocessing/connection.py")], 50)]
     values, _ = stack_values(main + compile_worker, main, alive_at_end=set())
-    assert values["workers"] == 0
+    assert values["workers_sampled"] == 0
     assert values["startup_wait_fraction"] == 0.0
     assert values["workers_replaced"] is False
+
+
+# --- blocked threads: sleeps, locks, collectives and device syncs are not I/O --------------------------
+
+# What py-spy shows for a main thread blocked in a C call: the caller's own frame and line, nothing below.
+USER_LEAF = ["main (/home/u/train.py:80)", "step (/home/u/train.py:42)"]
+
+
+@pytest.mark.parametrize(("source", "category"), [
+    ("time.sleep(0.01)", SLEEP),
+    ("sleep(0.5)", SLEEP),
+    ("lock.acquire()", LOCK_WAIT),
+    ("self._done.wait(timeout=5)", LOCK_WAIT),
+    ("worker.join()", LOCK_WAIT),
+    ("with self._lock:", LOCK_WAIT),
+    ("os.fsync(f.fileno())", IO),
+    ("os.replace(tmp, path)", IO),
+    ("with open(path, 'wb') as f:", IO),
+    ("self.log.write(json.dumps(rec) + '\\n')", IO),
+    ("pickle.dump({'step': step,\n             'weights': weights}, f,\n             protocol=5)", IO),
+    ("conn.sendall(payload)", IO),
+    ("loss_value = loss.item()", DEVICE_SYNC),
+    ("preds = logits.argmax(1).cpu()", DEVICE_SYNC),
+    ("torch.cuda.synchronize()", DEVICE_SYNC),
+    ("y = x.to('cpu')", DEVICE_SYNC),
+])
+def test_classify_call(source, category):
+    assert classify_call(source) == category
+
+
+@pytest.mark.parametrize("source", ["x = model(batch)", "path = os.path.join(a, b)", "s = ', '.join(names)",
+                                    "h = self.read_head(x)", "total += asyncio_sleep_count", ""])
+def test_classify_call_says_nothing_without_a_known_call(source):
+    assert classify_call(source) is None
+
+
+def test_a_sleeping_main_thread_is_sleep_not_io():
+    # time.sleep is C: py-spy's innermost frame is the caller's line, not a `sleep` frame.
+    assert classify_main(frames(USER_LEAF), "time.sleep(0.01)") == SLEEP
+    assert classify_main(frames(USER_LEAF)) == OTHER  # without the source, nothing is claimed
+
+
+@pytest.mark.parametrize(("stack", "category"), [
+    # threading.Event().wait / queue.Queue().get, as py-spy 0.4.3 shows them on Python 3.11
+    (["step (train.py:10)", "Event.wait (threading.py:629)", "Condition.wait (threading.py:331)"], LOCK_WAIT),
+    (["step (train.py:12)", "Queue.get (queue.py:180)", "Condition.wait (threading.py:331)"], LOCK_WAIT),
+    (["train (train.py:60)", "Thread.join (threading.py:1112)"], LOCK_WAIT),
+    (["train (train.py:60)", "wrapper (torch/distributed/c10d_logger.py:81)",
+      "barrier (torch/distributed/distributed_c10d.py:4000)"], COLLECTIVE),
+    (["train (train.py:60)", "wrapper (torch/distributed/c10d_logger.py:81)",
+      "all_reduce (torch/distributed/distributed_c10d.py:2500)"], COLLECTIVE),
+    (["train (train.py:60)", "synchronize (torch/cuda/__init__.py:985)"], DEVICE_SYNC),
+    (["train (train.py:60)", "Event.synchronize (torch/cuda/streams.py:220)"], DEVICE_SYNC),
+])
+def test_blocked_frames_have_their_own_categories(stack, category):
+    assert classify_main(frames([MODULE, *stack])) == category
+
+
+def test_a_line_inside_torch_is_not_read_as_a_call():
+    # An optimizer's `.item()` on its CPU step counter is optimizer work, not a device sync.
+    stack = frames([MODULE, *OPTIMIZER_STACK[:3], "_get_value (torch/optim/optimizer.py:90)"])
+    assert classify_main(stack, "return x.item()") == OPTIMIZER
+
+
+def test_the_data_loader_still_wins_over_the_leaf_line():
+    assert classify_main(frames([MODULE, *PRODUCE_IN_MAIN]), "time.sleep(0.003)") == PRODUCE
+
+
+def test_stack_values_separate_sleep_lock_sync_and_io():
+    def sample(stack: list[str], count: int, source: str = "") -> ThreadSample:
+        s = ThreadSample(MAIN_PID, "main", "MainThread", frames([MODULE, *stack]), count)
+        s.leaf_source = source
+        return s
+
+    all_samples = [sample(USER_LEAF, 20, "time.sleep(0.01)"), sample(USER_LEAF, 10, "lock.acquire()"),
+                   sample(["sync (train.py:5)", "synchronize (torch/cuda/__init__.py:985)"], 10),
+                   sample(["ar (train.py:5)", "barrier (torch/distributed/distributed_c10d.py:1)"], 10),
+                   sample(USER_LEAF, 15, "os.fsync(f.fileno())"), sample(USER_LEAF, 5),
+                   sample(FORWARD_STACK, 30)]
+    values, evidence = stack_values(all_samples, [sample(FORWARD_STACK, 30)])
+    assert values["samples"] == 100
+    assert values["sleep_fraction"] == pytest.approx(0.2)
+    assert values["lock_wait_fraction"] == pytest.approx(0.1)
+    assert values["device_sync_fraction"] == pytest.approx(0.1)
+    assert values["collective_fraction"] == pytest.approx(0.1)
+    assert values["io_fraction"] == pytest.approx(0.15)  # only the fsync line
+    assert values["blocked_other_fraction"] == pytest.approx(0.05)  # blocked, on what no one can say
+    assert evidence["main_categories"][SLEEP] == {"samples": 20, "on_cpu": 0}
+
+
+def test_every_fraction_stack_sample_returns_is_between_0_and_1():
+    from fieldguide.probes.stacks import StackSample
+
+    # The two samplers disagree (the on-CPU one saw more); workers churn.
+    all_text, _ = starved_by_workers()
+    active_text = "\n".join([main_line(WAIT_FOR_BATCH, 200), main_line(["main (train.py:80)"], 300),
+                             worker_line(101, WORKER_PRODUCE, 500)])
+    values, _ = stack_values(parse_raw(all_text, MAIN_PID), parse_raw(active_text, MAIN_PID), alive_at_end={101})
+    for name, unit in StackSample.values.items():
+        if unit == "fraction" and values[name] is not None:
+            assert 0.0 <= values[name] <= 1.0, (name, values[name])
+
+
+# --- reading the source of a blocked line -------------------------------------------------------------
+
+SOURCE = '''import os, pickle
+
+
+def save(state, path):
+    with open(path, "wb") as f:
+        pickle.dump(state, f,
+                    protocol=pickle.HIGHEST_PROTOCOL)
+        os.fsync(f.fileno())
+'''
+
+
+def test_statement_spans_cover_multi_line_calls_and_compound_headers():
+    spans = statement_spans(SOURCE)
+    assert (6, 7) in spans  # the two-line pickle.dump call
+    assert (5, 5) in spans  # the `with` header only, not its body
+    assert (8, 8) in spans
+    assert statement_spans("def broken(:\n") == []
+
+
+def test_source_reader_reads_the_statement_at_a_line(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(SOURCE)
+    reader = SourceReader(pid=os.getpid())
+    assert reader.statement(str(path), 7).strip().startswith("pickle.dump(state, f,")  # the line py-spy may report
+    assert classify_call(reader.statement(str(path), 7)) == IO
+    assert reader.statement(str(path), 5) == '    with open(path, "wb") as f:'
+    assert reader.statement(str(path), 8).strip() == "os.fsync(f.fileno())"
+    assert reader.statement(str(tmp_path / "gone.py"), 3) == ""
+
+
+def test_source_reader_fills_main_thread_samples_from_parse_raw(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(SOURCE)
+    line = f'{PROC};thread ({MAIN_PID}): MainThread;<module> ({path}:10);save ({path}:8) 12'
+    [s] = parse_raw(line, MAIN_PID)
+    assert s.leaf_line == 8 and s.stack[-1] == ("save", str(path))
+    SourceReader(pid=os.getpid()).fill([s])
+    assert s.leaf_source.strip() == "os.fsync(f.fileno())"
+    values, _ = stack_values([s], [])
+    assert values["io_fraction"] == 1.0

@@ -4,10 +4,17 @@ A stack is a list of (function, file) pairs, root first, as py-spy's raw
 output gives them. The categories are the questions the slow-training
 playbook asks: is the loop waiting for its next batch, who produces batches
 and is that CPU work, is there file/network I/O or serialization in the step.
+
+A thread blocked in a C call (`time.sleep`, `os.fsync`, `Lock.acquire`, `Tensor.item`)
+shows no frame for that call: py-spy's innermost frame is the caller's line. So the
+innermost frame of the user's own code is classified by the source of that line
+(`leaf_source`, read by the probe), and a blocked thread in no known category stays
+OTHER: it is never called file or network I/O without evidence.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 Frame = tuple[str, str]  # (function, short file name)
@@ -22,6 +29,10 @@ PROFILER = "profiler"  # the autograd profiler's Python side
 FORWARD = "forward"
 BACKWARD = "backward"
 OPTIMIZER = "optimizer"
+SLEEP = "sleep"  # time.sleep in the loop (a rate limiter, a retry back-off, a leftover debug pause)
+LOCK_WAIT = "lock_wait"  # waiting on a lock, event, condition, queue or another thread/process
+COLLECTIVE = "collective"  # torch.distributed: collectives, barriers, rendezvous
+DEVICE_SYNC = "device_sync"  # the host waits for the device: synchronize, .item(), .cpu(), .tolist()
 OTHER = "other"
 # Worker processes.
 WORKER_IDLE = "worker_idle"  # waiting for the next index from the main process
@@ -39,6 +50,26 @@ _IO_FILES = ("torch/serialization.py", "pickle.py", "json/__init__.py", "json/en
              "logging/__init__.py", "tempfile.py", "csv.py", "gzip.py", "zipfile", "_pyio.py",
              "safetensors/", "tensorboard/", "wandb/", "mlflow/", "boto3/", "botocore/", "fsspec/")
 _ANOMALY_FILES = ("traceback.py", "linecache.py")
+# Waits on other threads or processes (outside the DataLoader, whose frames are checked first).
+_LOCK_FILES = ("threading.py", "queue.py", "multiprocessing/synchronize.py", "multiprocessing/queues.py",
+               "multiprocessing/connection.py", "multiprocessing/pool.py", "concurrent/futures/")
+_COLLECTIVE_FILES = ("torch/distributed/",)
+# torch's own Python frames are classified by file (below); only other code is read by line,
+# so that e.g. an optimizer's `.item()` on a CPU step counter is not called a device sync.
+_TORCH = re.compile(r"(?:^|/)torch/")
+
+# The C call on a blocked line, by the line's source (what the innermost frame is blocked in).
+# The first that matches names the category; a line that matches none says nothing.
+_CALLS = (
+    (SLEEP, re.compile(r"(?<![\w.])(?:time\.)?sleep\(")),
+    (LOCK_WAIT, re.compile(r"\.(?:acquire|wait)\(|\.join\(\s*(?:\)|timeout\b)|^\s*(?:async\s+)?with\s+[\w.]*lock\w*\s*[:,]",
+                           re.IGNORECASE | re.MULTILINE)),
+    (IO, re.compile(r"\bos\.(?:fsync|fdatasync|sync|write|read|pwrite|pread|replace|rename|remove|unlink|makedirs|"
+                    r"sendfile)\(|(?<![\w.])open\(|\.(?:write|writelines|flush|read|readline|readlines|readinto|recv|"
+                    r"recv_into|recvfrom|send|sendall|sendto|connect|accept|urlopen)\(|\bpickle\.(?:dump|dumps|load|loads)\(|"
+                    r"\bshutil\.\w+\(")),
+    (DEVICE_SYNC, re.compile(r"\.(?:item|cpu|tolist|numpy)\(\s*\)|\bsynchronize\(|\.to\(\s*['\"]cpu['\"]")),
+)
 _PROFILER_FILES = ("torch/autograd/profiler.py", "torch/profiler/", "torch/autograd/profiler_util.py")
 
 
@@ -58,8 +89,20 @@ def _producing(stack: list[Frame], start: int) -> bool:
     return False
 
 
-def classify_main(stack: list[Frame]) -> str:
-    """The category of one sample of the training process's main thread."""
+def classify_call(source: str) -> str | None:
+    """The category of the C call a blocked line makes, from the line's source; None if unknown."""
+    for category, pattern in _CALLS:
+        if pattern.search(source):
+            return category
+    return None
+
+
+def classify_main(stack: list[Frame], leaf_source: str = "") -> str:
+    """The category of one sample of the training process's main thread.
+
+    `leaf_source` is the source of the statement the innermost frame is at, when the
+    probe could read it (empty otherwise); it is used unless that frame is torch's own.
+    """
     for i, frame in enumerate(stack):
         func, file = frame
         if _DATALOADER in file:
@@ -67,6 +110,10 @@ def classify_main(stack: list[Frame]) -> str:
                 return STARTUP
             if func.endswith("__next__") or func.endswith("_next_data"):
                 return PRODUCE if _producing(stack, i) else DATA_WAIT
+    if leaf_source and stack and not _TORCH.search(stack[-1][1]):
+        called = classify_call(leaf_source)
+        if called is not None:
+            return called
     leaf_first = list(reversed(stack))
     for frame in leaf_first:
         if _in(frame, *_ANOMALY_FILES):
@@ -83,6 +130,12 @@ def classify_main(stack: list[Frame]) -> str:
             return PROFILER
         if _in(frame, *_IO_FILES):
             return IO
+        if _in(frame, *_COLLECTIVE_FILES):
+            return COLLECTIVE
+        if "torch/cuda/" in frame[1] and frame[0].endswith("synchronize"):
+            return DEVICE_SYNC
+        if _in(frame, *_LOCK_FILES):
+            return LOCK_WAIT
     for frame in leaf_first:
         func, file = frame
         if "torch/optim/" in file:
@@ -127,6 +180,9 @@ class ThreadSample:
     stack: list[Frame]
     count: int
     category: str = ""
+    # The innermost frame's line number, and the source of its statement when the probe read it.
+    leaf_line: int | None = None
+    leaf_source: str = ""
 
 
 @dataclass
@@ -172,7 +228,7 @@ def summarize(all_samples: list[ThreadSample], active_samples: list[ThreadSample
         for s in samples:
             if s.thread != "MainThread" or (s.role == "worker" and s.pid not in workers_seen):
                 continue
-            s.category = classify_main(s.stack) if s.role == "main" else classify_worker(s.stack)
+            s.category = classify_main(s.stack, s.leaf_source) if s.role == "main" else classify_worker(s.stack)
             bucket = main if s.role == "main" else workers
             bucket[s.category] = bucket.get(s.category, 0) + s.count
             if s.role == "worker":

@@ -6,15 +6,20 @@ only). py-spy's record formats drop the idle flag, so the pair is what tells a
 category's CPU share: active count / all count. `--subprocesses` covers the
 workers (`dump --json -s` would silently ignore them). `--nonblocking` so the
 target is never paused; 2 x 20 Hz (see benchmarks/overhead.py for what it costs).
+`--full-filenames` so that the source of a blocked line can be read: a thread in a
+C call (sleep, fsync, a lock) shows only its caller's line (see stackclass.py).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +29,17 @@ from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.probes.stackclass import (
     ANOMALY,
     BACKWARD,
+    COLLECTIVE,
     DATA_WAIT,
+    DEVICE_SYNC,
     FORWARD,
     IO,
+    LOCK_WAIT,
     OPTIMIZER,
     OTHER,
     PRODUCE,
     PROFILER,
+    SLEEP,
     STARTUP,
     ThreadSample,
     summarize,
@@ -39,7 +48,13 @@ from fieldguide.probes.stackclass import (
 _PROCESS = re.compile(r'process (\d+):"')
 _THREAD = re.compile(r"thread \((\w+)\)(?:: (.*))?$")
 _FRAME = re.compile(r"^(.*) \((.*?)(?::(\d+))?\)$")
+# Not a judgement about the job (those live in the playbook): the fewest samples inside
+# dataset/fetch/collate code from which the window can say *who* produces batches at all.
+# Below it, `producer` and `producer_cpu_fraction` are None ("cannot tell"), never a guess.
+# 5 samples at the default 20 Hz is a quarter of a second of producing seen in the window.
 MIN_PRODUCE_SAMPLES = 5
+# How long py-spy gets to write its file after SIGINT before it is killed.
+STOP_GRACE_S = 3.0
 
 
 def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
@@ -70,12 +85,83 @@ def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
             name = m.group(2) or ("MainThread" if m.group(1) == str(pid) else m.group(1))
             thread, body = name, rest if sep else ""
         frames = []
+        leaf_line = None
         for raw in body.split(";") if body else []:
             fm = _FRAME.match(raw)
             frames.append((fm.group(1), fm.group(2)) if fm else (raw, ""))
+            leaf_line = int(fm.group(3)) if fm and fm.group(3) else None
         samples.append(ThreadSample(pid=pid, role="main" if pid == main_pid else "worker", thread=thread,
-                                    stack=frames, count=int(count_text)))
+                                    stack=frames, count=int(count_text), leaf_line=leaf_line))
     return samples
+
+
+class SourceReader:
+    """The statement at a line of the target's source files, each file read and parsed once.
+
+    Files are read through /proc/PID/root (the target's own mount namespace) and relative
+    names through /proc/PID/cwd, falling back to the path as seen from here.
+    """
+
+    MAX_BYTES = 4 * 2**20
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._files: dict[str, tuple[list[str], list[tuple[int, int]]] | None] = {}
+
+    def _candidates(self, file: str) -> list[str]:
+        if os.path.isabs(file):
+            return [f"/proc/{self.pid}/root{file}", file]
+        return [f"/proc/{self.pid}/cwd/{file}"]
+
+    def _load(self, file: str) -> tuple[list[str], list[tuple[int, int]]] | None:
+        if file in self._files:
+            return self._files[file]
+        loaded = None
+        for candidate in self._candidates(file):
+            try:
+                if os.path.getsize(candidate) > self.MAX_BYTES:
+                    break
+                text = Path(candidate).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            loaded = (text.splitlines(), statement_spans(text))
+            break
+        self._files[file] = loaded
+        return loaded
+
+    def statement(self, file: str, line: int) -> str:
+        """The source of the innermost statement at `line` (a compound statement's header only)."""
+        loaded = self._load(file) if file else None
+        if loaded is None or line < 1:
+            return ""
+        lines, spans = loaded
+        inside = [(end - start, start, end) for start, end in spans if start <= line <= end]
+        start, end = (min(inside)[1:] if inside else (line, line))
+        return "\n".join(lines[start - 1:end])
+
+    def fill(self, samples: Iterable[ThreadSample]) -> None:
+        """Set `leaf_source` on the main process's main-thread samples."""
+        for s in samples:
+            if s.role == "main" and s.thread == "MainThread" and s.stack and s.leaf_line:
+                s.leaf_source = self.statement(s.stack[-1][1], s.leaf_line)
+
+
+def statement_spans(text: str) -> list[tuple[int, int]]:
+    """(first line, last line) of every statement; a compound statement spans its header only."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    spans = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt):
+            continue
+        end = node.end_lineno or node.lineno
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.AST):
+            end = max(node.lineno, getattr(body[0], "lineno", node.lineno) - 1)
+        spans.append((node.lineno, end))
+    return spans
 
 
 def _short(stack: list[tuple[str, str]], keep: int = 5) -> str:
@@ -92,7 +178,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     """
     summary = summarize(all_samples, active_samples)
     total = summary.main_total
-    values: dict[str, Any] = {"samples": total, "workers": len(summary.worker_pids)}
+    values: dict[str, Any] = {"samples": total, "workers_sampled": len(summary.worker_pids)}
     share = summary.main_share
     values["data_wait_fraction"] = share(DATA_WAIT, PRODUCE)
     # Waiting on the worker life cycle: the main thread creating an iterator, or waiting for a
@@ -117,10 +203,15 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
         where, produce_all, produce_active = None, 0, 0
     values["producer"] = where
     values["producer_cpu_fraction"] = min(produce_active / produce_all, 1.0) if produce_all else None
-    values["worker_busy_fraction"] = summary.worker_share(PRODUCE)
+    values["worker_producing_fraction"] = summary.worker_share(PRODUCE)
     values["io_fraction"] = share(IO)
+    values["sleep_fraction"] = share(SLEEP)
+    values["lock_wait_fraction"] = share(LOCK_WAIT)
+    values["collective_fraction"] = share(COLLECTIVE)
+    values["device_sync_fraction"] = share(DEVICE_SYNC)
+    # Off the CPU in no known category: blocked, but on what the stacks cannot say.
     idle_other = summary.main_all.get(OTHER, 0) - summary.main_active.get(OTHER, 0)
-    values["blocked_other_fraction"] = max(idle_other, 0) / total if total else None
+    values["blocked_other_fraction"] = min(max(idle_other, 0) / total, 1.0) if total else None
     values["anomaly_trace_fraction"] = share(ANOMALY)
     values["anomaly_trace_samples"] = summary.main_all.get(ANOMALY, 0)
     values["profiler_fraction"] = share(PROFILER)
@@ -153,6 +244,27 @@ def _descendants(pid: int) -> set[int]:
         return set()
 
 
+def _stop(procs: Iterable[subprocess.Popen[str]], grace: float | None = None) -> None:
+    """End and reap every sampler still running: SIGINT (py-spy writes what it has), then SIGKILL.
+
+    Runs on every exit path (a finished window, cancel, an exception, Ctrl-C/SIGTERM) before
+    the temporary directory goes, so no py-spy outlives the probe or writes into a deleted dir.
+    """
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        try:
+            p.send_signal(signal.SIGINT)
+        except OSError:
+            pass
+    deadline = time.monotonic() + (STOP_GRACE_S if grace is None else grace)
+    for p in running:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 @register
 class StackSample(Probe):
     id = "stacks.sample"
@@ -160,9 +272,12 @@ class StackSample(Probe):
     needs = frozenset({NEEDS_PROCESS})
     params = {"seconds": 6.0, "rate": 20}
     values = {
-        "samples": "", "workers": "", "data_wait_fraction": "fraction", "startup_wait_fraction": "fraction",
-        "workers_replaced": "", "producer": "", "producer_cpu_fraction": "fraction", "worker_busy_fraction": "fraction",
-        "io_fraction": "fraction", "blocked_other_fraction": "fraction", "anomaly_trace_fraction": "fraction",
+        "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction",
+        "startup_wait_fraction": "fraction", "workers_replaced": "", "producer": "",
+        "producer_cpu_fraction": "fraction", "worker_producing_fraction": "fraction",
+        "io_fraction": "fraction", "sleep_fraction": "fraction", "lock_wait_fraction": "fraction",
+        "collective_fraction": "fraction", "device_sync_fraction": "fraction",
+        "blocked_other_fraction": "fraction", "anomaly_trace_fraction": "fraction",
         "anomaly_trace_samples": "",
         "profiler_fraction": "fraction", "forward_fraction": "fraction", "backward_fraction": "fraction",
         "optimizer_fraction": "fraction",
@@ -179,36 +294,36 @@ class StackSample(Probe):
             return self.cannot("no target process")
         seconds = max(1.0, min(seconds, ctx.budget_left))
         started = time.monotonic()
+        procs: dict[str, subprocess.Popen[str]] = {}
         with tempfile.TemporaryDirectory(prefix="fieldguide-spy-") as tmp:
             outputs = {kind: Path(tmp) / f"{kind}.txt" for kind in ("all", "active")}
-            procs = {}
-            for kind, out in outputs.items():
-                cmd = [spy, "record", "--pid", str(pid), "--rate", str(rate), "--duration", str(int(round(seconds))),
-                       "--format", "raw", "--subprocesses", "--threads", "--nonblocking", "--output", str(out)]
-                if kind == "all":
-                    cmd.append("--idle")
-                procs[kind] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                               env=dict(os.environ, RUST_BACKTRACE="0"))
-            ctx.on_reading({"probe": self.id, "status": f"sampling pid {pid} at {rate} Hz for {seconds:.0f} s"})
-            while any(p.poll() is None for p in procs.values()):
-                if ctx.cancelled.is_set():
-                    for p in procs.values():
-                        p.send_signal(2)  # py-spy writes what it has on SIGINT
-                    break
-                ctx.on_reading({"probe": self.id, "elapsed": time.monotonic() - started, "of": seconds})
-                time.sleep(0.2)
-            errors = {}
-            for kind, p in procs.items():
-                try:
-                    _, err = p.communicate(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    _, err = p.communicate()
-                errors[kind] = err or ""
-            texts = {kind: out.read_text() if out.exists() else "" for kind, out in outputs.items()}
+            try:
+                for kind, out in outputs.items():
+                    cmd = [spy, "record", "--pid", str(pid), "--rate", str(rate),
+                           "--duration", str(int(round(seconds))), "--format", "raw", "--subprocesses",
+                           "--threads", "--nonblocking", "--full-filenames", "--output", str(out)]
+                    if kind == "all":
+                        cmd.append("--idle")
+                    # stderr to a file: a pipe nobody reads while sampling could fill and stall py-spy.
+                    with open(Path(tmp) / f"{kind}.err", "w") as err:
+                        procs[kind] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                                       env=dict(os.environ, RUST_BACKTRACE="0"))
+                self.reading(ctx, elapsed=0.0, of=seconds,
+                             status=f"sampling pid {pid} and its workers with py-spy at {rate} Hz")
+                while any(p.poll() is None for p in procs.values()):
+                    if ctx.cancelled.wait(0.2):
+                        break  # _stop below sends SIGINT: py-spy writes what it has
+                    self.reading(ctx, elapsed=time.monotonic() - started, of=seconds)
+                _stop(procs.values())
+                errors = {kind: (Path(tmp) / f"{kind}.err").read_text(errors="replace") for kind in procs}
+                texts = {kind: out.read_text() if out.exists() else "" for kind, out in outputs.items()}
+            finally:
+                _stop(procs.values())
         elapsed = time.monotonic() - started
+        self.reading(ctx, elapsed=elapsed, of=seconds, status="reading the samples")
         alive_at_end = _descendants(pid)
-        provenance = f"py-spy record --idle / on-CPU, {rate} Hz each, {seconds:.0f} s, --subprocesses --nonblocking"
+        provenance = (f"py-spy record --idle / on-CPU, {rate} Hz each, {seconds:.0f} s, "
+                      "--subprocesses --nonblocking")
         if not texts["all"].strip():
             if not ctx.target.alive():
                 return self.cannot(ctx.target.gone_reason(), provenance=provenance, seconds=elapsed)
@@ -217,8 +332,12 @@ class StackSample(Probe):
         all_samples = parse_raw(texts["all"], pid)
         active_samples = parse_raw(texts["active"], pid)
         if procs["active"].returncode not in (0, None) and not texts["active"].strip():
-            return self.cannot("py-spy's on-CPU sampler failed: " + (errors["active"].strip().splitlines() or ["?"])[-1],
+            return self.cannot("py-spy's on-CPU sampler failed: "
+                               + (errors["active"].strip().splitlines() or ["?"])[-1],
                                provenance=provenance, seconds=elapsed)
+        reader = SourceReader(pid)
+        reader.fill(all_samples)
+        reader.fill(active_samples)
         values, evidence = stack_values(all_samples, active_samples, alive_at_end=alive_at_end)
         if not values["samples"]:
             return self.cannot("py-spy saw no samples of the main thread", provenance=provenance, seconds=elapsed)
