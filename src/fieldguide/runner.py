@@ -14,8 +14,20 @@ from fieldguide.probes import registry
 from fieldguide.probes.base import ProbeContext
 
 
+class _Flight:
+    """A prefetched measurement on its way."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Measurement | None = None
+
+
 class ProbeRunner:
-    """Runs probes for a walk: caches by (probe, params), charges the budget, never raises."""
+    """Runs probes for a walk: caches by (probe, params), charges the budget, never raises.
+
+    The walk measures one node at a time; windows the playbook lists under `prefetch` run
+    alongside from the walk's start, and the node that asks for one waits only for what is
+    left of it (the budget is charged for that wait, not for the window)."""
 
     def __init__(self, target: Any, budget: float, on_reading: Callable[[dict[str, Any]], None] | None = None):
         self._time: Any = time  # the clock (tests pass a fake with .monotonic())
@@ -28,6 +40,11 @@ class ProbeRunner:
         self._depth = 0  # a probe may measure another through us; charge the budget once
         self._running: list[tuple[str, str]] = []  # keys being measured, outermost first
         self._used: dict[tuple[str, str], set[tuple[str, str]]] = {}  # key -> keys it measured through us
+        self._inflight: dict[tuple[str, str], _Flight] = {}
+        self._unclaimed: set[tuple[str, str]] = set()  # prefetched, not yet used by any node
+        self._prefetch_stop = threading.Event()
+        self._prefetch_threads: list[threading.Thread] = []
+        self._on_reading = on_reading or (lambda r: None)
         self._context = lambda: ProbeContext(target=target, budget_left=max(self.budget - self.spent, 1.0),
                                              cancelled=self.cancelled, on_reading=on_reading or (lambda r: None),
                                              measure=self.measure_probe)
@@ -40,19 +57,83 @@ class ProbeRunner:
         what it measured through us (torch.flags.outside's stack window, say)."""
         with self._lock:
             if probe_id is None:
-                self.cache, self._used = {}, {}
+                self.cache, self._used, self._unclaimed = {}, {}, set()
                 return
             drop = {k for k in self.cache if k[0] == probe_id}
             drop |= {used for k in drop for used in self._used.get(k, ())}
             self.cache = {k: v for k, v in self.cache.items() if k not in drop}
+            self._unclaimed -= drop
 
-    def measure_probe(self, probe_id: str, params: dict[str, Any]) -> Measurement:
+    @staticmethod
+    def _key(probe_id: str, params: dict[str, Any]) -> tuple[Any, dict[str, Any], tuple[str, str]]:
         probe_cls = registry.get(probe_id)
         merged = {**(probe_cls.params if probe_cls else {}), **params}
-        key = (probe_id, repr(sorted(merged.items())))
+        return probe_cls, merged, (probe_id, repr(sorted(merged.items())))
+
+    # -- prefetch --------------------------------------------------------------------------
+    def prefetch(self, options: tuple[MeasureOption, ...], capabilities: set[str]) -> None:
+        """Start these measurements now, each in its own thread (needs unmet: not started)."""
+        for option in options:
+            probe_cls, merged, key = self._key(option.probe, option.params)
+            if probe_cls is None or probe_cls.unmet_needs(capabilities):
+                continue
+            with self._lock:
+                if key in self.cache or key in self._inflight:
+                    continue
+                flight = self._inflight[key] = _Flight()
+            thread = threading.Thread(target=self._run_prefetch, args=(probe_cls, merged, key, flight),
+                                      name=f"fieldguide-prefetch-{option.probe}", daemon=True)
+            self._prefetch_threads.append(thread)
+            thread.start()
+
+    def _run_prefetch(self, probe_cls: Any, merged: dict[str, Any], key: tuple[str, str], flight: _Flight) -> None:
+        context = ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
+                               cancelled=self._prefetch_stop, measure=None)
+        try:
+            measurement = probe_cls().run(context, **merged)
+        except Exception as err:
+            measurement = Measurement.cannot(key[0], f"probe failed: {type(err).__name__}: {err}")
+        with self._lock:
+            flight.result = measurement
+            self._inflight.pop(key, None)
+            if measurement.ok and not self._prefetch_stop.is_set():
+                self.cache[key] = measurement
+                self._unclaimed.add(key)
+        flight.done.set()
+
+    def stop_prefetch(self, wait: float = 10.0) -> None:
+        """Cut prefetched windows short (the walk is over) and wait for their threads."""
+        self._prefetch_stop.set()
+        for thread in self._prefetch_threads:
+            thread.join(timeout=wait)
+
+    def _await_flight(self, probe_id: str, key: tuple[str, str], flight: _Flight) -> Measurement | None:
+        """Wait for a prefetched window; None if it did not give a usable measurement."""
+        started = self._time.monotonic()
+        self._on_reading({"probe": probe_id, "status": "its window started with the walk: waiting for the rest"})
+        while not flight.done.wait(0.1):
+            if self.cancelled.is_set():
+                return Measurement.cannot(probe_id, "cancelled")
+        if self._depth == 0:
+            self.spent += self._time.monotonic() - started
+        result = flight.result
+        return result if result is not None and result.ok else None
+
+    # -- measuring ------------------------------------------------------------------------
+    def measure_probe(self, probe_id: str, params: dict[str, Any]) -> Measurement:
+        probe_cls, merged, key = self._key(probe_id, params)
+        with self._lock:
+            flight = self._inflight.get(key)
+        if flight is not None:
+            waited = self._await_flight(probe_id, key, flight)
+            if waited is not None and not waited.ok:
+                return waited  # cancelled
         with self._lock:
             if self._running:
                 self._used.setdefault(self._running[-1], set()).add(key)
+            if key in self._unclaimed:
+                self._unclaimed.discard(key)
+                return self.cache[key]  # measured in the background for this node: not a reuse
             if key in self.cache:
                 # Reused: this node spent no time measuring.
                 return dataclasses.replace(self.cache[key], seconds=0.0, reused=True)

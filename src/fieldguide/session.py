@@ -54,6 +54,8 @@ class Session:
         if isinstance(self.target, LaunchTarget) and not self.target.wait_ready(timeout=READY_TIMEOUT):
             if self.target.alive():
                 self.note = self.target.not_ready_reason(READY_TIMEOUT)
+        # Windows the playbook will need later start now, alongside the first nodes.
+        self.runner.prefetch(self.playbook.prefetch, self.target.capabilities())
 
     def read_environment(self) -> None:
         env = self.runner.measure_probe("env.versions", {})
@@ -73,12 +75,16 @@ class Session:
     def run(self, on_result: Callable[[NodeResult], None] | None = None) -> Findings:
         self.wait_ready()
         self.read_environment()
-        self.walk.run(on_result)
+        try:
+            self.walk.run(on_result)
+        finally:
+            self.runner.stop_prefetch()
         return self.findings()
 
     def cancel(self, note: str) -> None:
         self.note = note
         self.runner.cancelled.set()
+        self.runner.stop_prefetch(wait=0)
 
     def findings(self) -> Findings:
         if not self.environment:

@@ -16,7 +16,7 @@ from fieldguide.playbook.yamlread import LineDict, read_yaml
 
 CAUSES_FILE = "causes.yaml"
 NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
-PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves"}
+PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch"}
 CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify"}
 
 
@@ -271,6 +271,7 @@ def load_playbook(path: Path) -> Playbook:
     if start not in nodes:
         raise PlaybookError(path, data.line_of("start"), f"unknown start node {start!r}", field="start")
     _check_acyclic(nodes, start, path)
+    prefetch = _prefetch(data, nodes, path)
     return Playbook(
         id=playbook_id,
         title=_text(data, "title", path, None),
@@ -279,8 +280,25 @@ def load_playbook(path: Path) -> Playbook:
         nodes=nodes,
         causes={k: v for k, v in causes.items()},
         leaves={str(k): str(v) for k, v in leaves.items()},
+        prefetch=prefetch,
         source=path,
     )
+
+
+def _prefetch(data: LineDict, nodes: dict[str, Node], path: Path) -> tuple[MeasureOption, ...]:
+    """`prefetch: [probe ids]`: windows that start with the walk, each with the parameters its
+    nodes give it (so the node that asks finds it measured, or in flight)."""
+    raw = data.get("prefetch") or []
+    line = data.line_of("prefetch")
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise PlaybookError(path, line, "must be a list of probe ids", field="prefetch")
+    options = {o.probe: o for n in nodes.values() for o in n.measure}
+    found = []
+    for probe_id in raw:
+        if probe_id not in options:
+            raise PlaybookError(path, line, f"{probe_id!r} is measured by no node of this playbook", field="prefetch")
+        found.append(options[probe_id])
+    return tuple(found)
 
 
 def _check_acyclic(nodes: dict[str, Node], start: str, path: Path) -> None:

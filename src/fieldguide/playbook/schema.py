@@ -64,6 +64,9 @@ class Playbook:
     nodes: dict[str, Node]
     causes: dict[str, Cause]
     leaves: dict[str, str] = field(default_factory=dict)  # leaf id -> what it means
+    # Measurements whose windows start with the walk, alongside the first nodes' (a stack window
+    # that a later node needs need not wait for the nodes before it).
+    prefetch: tuple[MeasureOption, ...] = ()
     source: Path | None = None
 
 
