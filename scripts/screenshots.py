@@ -78,7 +78,7 @@ async def shoot(out: Path, size: tuple[int, int], job: subprocess.Popen[bytes]) 
 
             def mid_probe() -> bool:
                 reading = walk.panel.live.readings.get("loop.steps", {})
-                return walk.measuring == "input.worker-startup" and (reading.get("elapsed") or 0) > 3.5
+                return walk.state.measuring == "input.worker-startup" and (reading.get("elapsed") or 0) > 3.5
 
             await wait_for(pilot, mid_probe, 90, "the loop probe half-way")
             save(app, out, "walk")

@@ -74,7 +74,7 @@ def test_no_torch_while_walking_the_real_demo() -> None:
                 async with app.run_test(size=(80, 24)) as pilot:
                     def probing():
                         s = app.screen
-                        return isinstance(s, WalkScreen) and s.measuring == "input.worker-startup"
+                        return isinstance(s, WalkScreen) and s.state.measuring == "input.worker-startup"
                     await wait_for(pilot, probing, 90, "a probe of the launched demo")
                     seen = "torch" in sys.modules
                     await pilot.press("q")

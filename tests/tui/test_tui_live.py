@@ -80,7 +80,8 @@ async def test_demo_walks_itself_to_the_departure_exports_and_remeasures(tmp_pat
         # live readings of the loop probe: per-step time and data wait, as sparklines
         def loop_readings() -> bool:
             reading = walk_screen.panel.live.readings.get("loop.steps", {})
-            return walk_screen.measuring == "input.worker-startup" and len(reading.get("step_ms") or []) > 5
+            series = reading.get("series") or {}
+            return walk_screen.state.measuring == "input.worker-startup" and len(series.get("step_ms") or []) > 5
 
         await wait_for(pilot, loop_readings, 60, "live loop.steps readings")
         text = screen_text(pilot)
@@ -165,7 +166,7 @@ async def test_manual_steps_jumps_reruns_then_quit_mid_probe_ends_the_job(apps) 
         assert "paused" in walk_screen.sub_title
 
         await pilot.press("n")  # one manual step
-        await wait_for(pilot, lambda: tree.states["env.debug-flags"] == "pass" and walk_screen.op is None, 30,
+        await wait_for(pilot, lambda: tree.states["env.debug-flags"] == "pass" and walk_screen.state.op is None, 30,
                        "env.debug-flags measured")
         assert walk_screen.session.walk.current == "input.worker-startup"
         assert "anomaly_detection" in screen_text(pilot)
@@ -176,8 +177,8 @@ async def test_manual_steps_jumps_reruns_then_quit_mid_probe_ends_the_job(apps) 
             await pilot.press("down")
         assert tree.cursor_item == ("node", "input.producer")
         await pilot.press("enter")  # jump there and measure it (off the walk's record)
-        await wait_for(pilot, lambda: walk_screen.measuring == "input.producer", 20, "the jump to start")
-        await wait_for(pilot, lambda: tree.states["input.producer"] in ("pass", "depart") and walk_screen.op is None,
+        await wait_for(pilot, lambda: walk_screen.state.measuring == "input.producer", 20, "the jump to start")
+        await wait_for(pilot, lambda: tree.states["input.producer"] in ("pass", "depart") and walk_screen.state.op is None,
                        60, "input.producer measured")
         assert [r.node for r in walk_screen.session.walk.path] == ["env.debug-flags"]
         assert "producer_cpu_fraction" in screen_text(pilot)
@@ -187,12 +188,12 @@ async def test_manual_steps_jumps_reruns_then_quit_mid_probe_ends_the_job(apps) 
                 break
             await pilot.press("up")
         await pilot.press("r")  # re-run, fresh
-        await wait_for(pilot, lambda: "env.debug-flags" in walk_screen.reruns and walk_screen.op is None, 30,
+        await wait_for(pilot, lambda: "env.debug-flags" in walk_screen.state.reruns and walk_screen.state.op is None, 30,
                        "the re-run")
         assert "re-run" in screen_text(pilot)
 
         await pilot.press("a")  # walk on by itself
-        await wait_for(pilot, lambda: walk_screen.measuring == "input.worker-startup", 30, "the walk to go on")
+        await wait_for(pilot, lambda: walk_screen.state.measuring == "input.worker-startup", 30, "the walk to go on")
         await pilot.pause(1.0)
         pid = app.launched_pids()[0]
         started = time.monotonic()
@@ -224,7 +225,7 @@ def torch_job():
 async def test_picker_finds_a_real_torch_job_and_quitting_leaves_an_attached_one_running(torch_job, apps) -> None:
     job, scanner = torch_job
     row = next(r for r in scanner() if r.pid == job.pid)
-    assert row.torch and row.rss_mb > 50 and "loader_remote_reads.py" in row.cmdline
+    assert row.torch and row.rss_mib > 50 and "loader_remote_reads.py" in row.cmdline
 
     app = make_app(scanner=scanner)
     apps.append(app)
@@ -244,7 +245,7 @@ async def test_picker_finds_a_real_torch_job_and_quitting_leaves_an_attached_one
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, WalkScreen), 20, "the walk")
         walk_screen = app.screen
-        await wait_for(pilot, lambda: walk_screen.measuring is not None, 60, "a probe on the attached pid")
+        await wait_for(pilot, lambda: walk_screen.state.measuring is not None, 60, "a probe on the attached pid")
         await pilot.pause(1.0)
         assert f"attach pid {job.pid}" in walk_screen.sub_title
         await pilot.press("q")  # mid-probe

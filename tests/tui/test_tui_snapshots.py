@@ -40,7 +40,7 @@ async def scanned(pilot: Pilot[object]) -> None:
 async def mid_probe(pilot: Pilot[object]) -> None:
     def measuring() -> bool:
         screen = pilot.app.screen
-        return isinstance(screen, WalkScreen) and screen.measuring == "input.worker-startup" and bool(
+        return isinstance(screen, WalkScreen) and screen.state.measuring == "input.worker-startup" and bool(
             screen.panel.live.readings)
 
     await wait_for(pilot, measuring, 30, "input.worker-startup measuring with live readings")

@@ -10,11 +10,11 @@ from textual.pilot import Pilot
 from fieldguide.tui.procscan import ProcInfo
 
 FAKE_PROCS = [
-    ProcInfo(pid=31337, user="ada", cpu_percent=97.0, rss_mb=2140.5,
-             cmdline="python train.py --config configs/resnet50.yaml --epochs 90", workers=4),
-    ProcInfo(pid=27182, user="ada", cpu_percent=3.0, rss_mb=812.0,
+    ProcInfo(pid=31337, user="ada", cpu_percent=97.0, rss_mib=2140.5,
+             cmdline="python train.py --config configs/resnet50.yaml --epochs 90", torch_children=4),
+    ProcInfo(pid=27182, user="ada", cpu_percent=3.0, rss_mib=812.0,
              cmdline="python -m torch.distributed.run --nproc-per-node 2 finetune.py", gpu_mb=10240),
-    ProcInfo(pid=16180, user="grace", cpu_percent=0.0, rss_mb=451.2, cmdline="jupyter-kernel -f kernel-16180.json"),
+    ProcInfo(pid=16180, user="grace", cpu_percent=0.0, rss_mib=451.2, cmdline="jupyter-kernel -f kernel-16180.json"),
 ]
 
 

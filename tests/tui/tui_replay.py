@@ -71,10 +71,10 @@ class ReplayRunner(ProbeRunner):
             return Measurement.cannot(probe_id, "not in the recording")
         reading = self.readings.get(probe_id)
         if reading is not None:
-            if probe_id == self.hold:
-                half = len(reading.get("step_ms", [])) // 2
+            if probe_id == self.hold:  # half-way: half the time, the first half of each series
+                series = reading.get("series") or {}
                 reading = {**reading, "elapsed": reading.get("of", 6.0) / 2,
-                           **{k: reading[k][:half] for k in ("step_ms", "wait_ms") if k in reading}}
+                           "series": {k: v[: len(v) // 2] for k, v in series.items()}}
             self.on_reading(dict(reading))
         if probe_id == self.hold:
             self.cancelled.wait()

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from textual import on
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.screen import Screen
 
 from fieldguide.tui.dialogs.export import DEFAULT_PATH
 from fieldguide.tui.driver import SessionFactory, WalkDriver, is_launched, real_session
+from fieldguide.tui.messages import ExportRequested, RemeasureRequested
 from fieldguide.tui.model import TargetSpec
 from fieldguide.tui.procscan import ProcessScanner, Scanner
 from fieldguide.tui.screens.help import HelpScreen
@@ -22,6 +26,8 @@ if TYPE_CHECKING:
     from fieldguide.targets import Target
 
 from fieldguide.errors import EXIT_FOR_VERDICT, EXIT_INTERRUPTED
+
+S = TypeVar("S", bound=Screen[None])
 
 
 class FieldguideApp(App[int]):
@@ -52,7 +58,7 @@ class FieldguideApp(App[int]):
         if self.spec is None:
             self.push_screen(TargetPicker(self.scanner))
         elif self.playbook is None:
-            self.push_screen(PlaybookPicker(self.spec, preselect="slow-training" if self.spec.demo else None))
+            self.push_screen(PlaybookPicker(self.spec))
         else:
             self.start_walk(self.spec, self.playbook)
 
@@ -69,6 +75,40 @@ class FieldguideApp(App[int]):
         """After a target failed: end what was launched (in a thread) and pick again."""
         self.run_worker(self.close_targets, thread=True, group="close", exit_on_error=False)
         self.switch_screen(TargetPicker(self.scanner))
+
+    # -- routing between screens: they hold no reference to each other --------------------------------
+
+    def showing(self, screen_type: type[S]) -> S | None:
+        """The topmost screen of this type on the stack, if any."""
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, screen_type):
+                return screen
+        return None
+
+    def route(self, message: Message) -> None:
+        """What the walk has for the departure screen (live readings, the re-measure): posted
+        to it if it is open, else dropped (it reads the walk's state when it opens)."""
+        from fieldguide.tui.screens.departure import DepartureScreen
+
+        departure = self.showing(DepartureScreen)
+        if departure is not None:
+            departure.post_message(message)
+
+    @on(RemeasureRequested)
+    def remeasure_requested(self) -> None:
+        from fieldguide.tui.screens.walk import WalkScreen
+
+        walk = self.showing(WalkScreen)
+        if walk is not None:
+            walk.action_remeasure()
+
+    @on(ExportRequested)
+    def export_requested(self) -> None:
+        from fieldguide.tui.screens.walk import WalkScreen
+
+        walk = self.showing(WalkScreen)
+        if walk is not None:
+            walk.action_export()
 
     # -- targets: every one opened is tracked, so that quitting can end the launched ones --------
 
@@ -136,14 +176,14 @@ def make_app(pid: int | None = None, cmd: list[str] | None = None, playbook_id: 
              demo: bool = False, *, scanner: Scanner | None = None, session_factory: SessionFactory | None = None,
              auto: bool = True, export_default: str = DEFAULT_PATH) -> FieldguideApp:
     """The app, configured as the CLI would: no target opens the picker; a target (pid, command,
-    or the demo) skips it; a playbook id skips the playbook picker too (the demo: slow-training)."""
+    or the demo) skips it; a playbook id skips the playbook picker too (the demo: the playbook
+    its spec comes with, see tui/demo.py)."""
     spec: TargetSpec | None = None
     if demo:
-        from fieldguide.session import demo_command
-        from fieldguide.tui.screens.picker import DEMO_NAME
+        from fieldguide.tui.demo import demo_spec
 
-        spec = TargetSpec(cmd=tuple(cmd or demo_command()), label=f"the bundled demo ({DEMO_NAME}.py)", demo=True)
-        playbook_id = playbook_id or "slow-training"
+        spec = demo_spec(playbook_id, cmd)
+        playbook_id = spec.playbook
     elif pid is not None:
         spec = TargetSpec(pid=pid)
     elif cmd:

@@ -13,12 +13,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fieldguide.report.findings import utc_now
 from fieldguide.report.render import SUFFIXES
+from fieldguide.report.vocabulary import REMEASURE
 from fieldguide.tui.model import TargetSpec
 
 if TYPE_CHECKING:
     from fieldguide.engine import NodeResult
     from fieldguide.playbook import Playbook
+    from fieldguide.report.findings import Findings
     from fieldguide.session import Session
     from fieldguide.targets import Target
 
@@ -56,6 +59,9 @@ class WalkDriver:
         self.live: Session | None = None  # where measurements go now (a re-measure may relaunch the job)
         self.op_lock = threading.Lock()
         self.closing = threading.Event()
+        # What the user measured beyond the walk, for the report: (result, action, when).
+        self.reruns: list[tuple[NodeResult, str, str]] = []
+        self._reruns_lock = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -99,8 +105,14 @@ class WalkDriver:
             result = self.session.walk.step()
             return result, self.session.runner.cancelled.is_set()
 
-    def run_node(self, node_id: str, *, fresh: bool, started: Callable[[str], object]) -> tuple[NodeResult, bool]:
-        """Measure and judge one node without moving the walk (jump, re-run)."""
+    def _record(self, result: NodeResult, action: str) -> None:
+        with self._reruns_lock:
+            self.reruns.append((result, action, utc_now()))
+
+    def run_node(self, node_id: str, *, fresh: bool, started: Callable[[str], object],
+                 action: str) -> tuple[NodeResult, bool]:
+        """Measure and judge one node without moving the walk (a jump, or a re-run with `fresh`);
+        recorded for the report as `action` unless it was cancelled."""
         assert self.live is not None
         with self.op_lock:
             live = self.live
@@ -110,7 +122,10 @@ class WalkDriver:
                     live.runner.forget(option.probe)
             started(node_id)
             result = live.walk.run_node(node_id)
-            return result, live.runner.cancelled.is_set()
+            cancelled = live.runner.cancelled.is_set()
+            if not cancelled:
+                self._record(result, action)
+            return result, cancelled
 
     def departure_chain(self) -> list[str]:
         """The departure's node and the nodes after it that refined the cause."""
@@ -156,6 +171,7 @@ class WalkDriver:
                     note = "cancelled"
                     break
                 rows.append((node_id, before.get(node_id), after))
+                self._record(after, REMEASURE)
             return rows, note
 
     # -- ending ------------------------------------------------------------------------------------
@@ -191,6 +207,16 @@ class WalkDriver:
             self.session.note = f"exported mid-walk (next node: {walk.current}); the report is partial"
         elif walk.finished and self.session.note.startswith("exported mid-walk"):
             self.session.note = ""
-        findings = self.session.findings()
+        findings = self.findings()
         written = write_report(findings, path, fmt)
         return written.resolve(), fmt, findings.verdict
+
+    def findings(self) -> Findings:
+        """The walk's findings, with what the user measured beyond it (re-runs, jumps, re-measures)."""
+        assert self.session is not None
+        findings = self.session.findings()
+        with self._reruns_lock:
+            reruns = list(self.reruns)
+        for result, action, when in reruns:
+            findings.record_rerun(result, action, when)
+        return findings

@@ -1,5 +1,7 @@
-"""Messages from thread workers back to the screens. Posting a message is thread-safe;
-touching a widget from a worker thread is not, so workers only ever post these."""
+"""Messages from thread workers back to the screens, and between screens through the app.
+Posting a message is thread-safe; touching a widget from a worker thread is not, so workers
+only ever post these. Screens hold no reference to each other: the app routes what one
+screen has for another (FieldguideApp.route)."""
 
 from __future__ import annotations
 
@@ -60,15 +62,36 @@ class ReadingsArrived(Message):
 
 
 class MeterSample(Message):
-    """CPU of the target's main process vs its children, and RSS: the TUI's own psutil sampler."""
+    """CPU of the target's main process vs its child processes, and the tree's resident memory
+    (MiB): the TUI's own psutil sampler. `main_pct` None: the process could not be read."""
 
-    def __init__(self, main_pct: float | None, workers_pct: float = 0.0, workers: int = 0,
-                 rss_mb: float = 0.0) -> None:
+    def __init__(self, main_pct: float | None, children_pct: float = 0.0, children: int = 0,
+                 rss_mib: float = 0.0) -> None:
         super().__init__()
-        self.main_pct, self.workers_pct, self.workers, self.rss_mb = main_pct, workers_pct, workers, rss_mb
+        self.main_pct, self.children_pct, self.children, self.rss_mib = main_pct, children_pct, children, rss_mib
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, MeterSample)
+
+
+class LiveUpdate(Message):
+    """The latest readings of each probe and the job's last output lines, as the walk screen took
+    them from its ReadingPump; routed by the app to the departure screen while it is open."""
+
+    def __init__(self, readings: dict[str, dict[str, Any]], output: list[str]) -> None:
+        super().__init__()
+        self.readings, self.output = readings, output
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LiveUpdate)
+
+
+class RemeasureRequested(Message):
+    """The departure screen asks for a re-measure; the app routes it to the walk."""
+
+
+class ExportRequested(Message):
+    """The departure screen asks for an export; the app routes it to the walk."""
 
 
 class RemeasureStatus(Message):

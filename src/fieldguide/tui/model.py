@@ -1,8 +1,10 @@
 """Plain data and text helpers for the TUI: no Textual, no I/O.
 
-The playbook outline shown as a tree, node states and their glyphs (distinct
-without colour, for NO_COLOR terminals), sparklines and bars drawn with block
-characters, and the departure's field-guide page as Markdown.
+The playbook outline shown as a tree, node states and their glyphs (the report's
+vocabulary: distinct without colour, for NO_COLOR terminals), sparklines and bars
+drawn with block characters, and live series drawn from what a probe declares.
+The TUI knows no playbook and no probe by name: value and series names, and their
+units, come from the probe registry and the measurements.
 """
 
 from __future__ import annotations
@@ -11,20 +13,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fieldguide.measurement import format_value
+from fieldguide.probes.stats import median
+from fieldguide.report.vocabulary import (  # noqa: F401  (re-exported: the TUI's names for the vocabulary)
+    DEPART,
+    ERROR,
+    GLYPH,
+    MEASURING,
+    PASS,
+    SKIP,
+    STATES,
+    STYLE,
+    WAITING,
+)
 
 if TYPE_CHECKING:
-    from fieldguide.engine import Departure, NodeResult
+    from fieldguide.engine import NodeResult
     from fieldguide.playbook import Node, Playbook
     from fieldguide.playbook.expect import Condition, Expectation
 
-WAITING, MEASURING = "waiting", "measuring"
-PASS, DEPART, SKIP, ERROR = "pass", "depart", "skip", "error"
-STATES = (WAITING, MEASURING, PASS, DEPART, SKIP, ERROR)
-
-# Each state has its own glyph, so the tree reads the same with NO_COLOR.
-GLYPH = {WAITING: "·", MEASURING: "▸", PASS: "✓", DEPART: "✗", SKIP: "–", ERROR: "!"}
-STYLE = {WAITING: "dim", MEASURING: "bold yellow", PASS: "green", DEPART: "bold red", SKIP: "dim italic",
-         ERROR: "magenta"}
 CAUSE_GLYPH, CAUSE_REACHED_GLYPH = "◇", "◆"
 LEAF_GLYPH, LEAF_REACHED_GLYPH = "○", "●"
 
@@ -39,6 +45,7 @@ class TargetSpec:
     cmd: tuple[str, ...] = ()
     label: str = ""
     demo: bool = False
+    playbook: str | None = None  # the playbook this target comes with (the demo's), offered first
 
     @property
     def kind(self) -> str:
@@ -144,13 +151,18 @@ class Row:
 
 def measured_vs_expected(node: Node, result: NodeResult) -> list[Row]:
     """Per value: what was measured, what the node expected, whether it held."""
-    from fieldguide.playbook.expect import NotEvaluable
-
-    option = next((o for o in node.measure if o.probe == result.probe), None)
-    if option is None:
-        return []
     values = result.measurement.values if result.measurement is not None else dict(result.measured)
     units = result.measurement.units if result.measurement is not None else {}
+    return expectation_rows(node, result.probe, values, units)
+
+
+def expectation_rows(node: Node, probe: str | None, values: dict[str, Any], units: dict[str, str]) -> list[Row]:
+    """Per value of the node's expectation for `probe`: measured, expected, whether it held."""
+    from fieldguide.playbook.expect import NotEvaluable
+
+    option = next((o for o in node.measure if o.probe == probe), None)
+    if option is None:
+        return []
     rows = []
     for cond in _conditions(option.expect):
         operand = cond.operand
@@ -170,39 +182,85 @@ def measured_vs_expected(node: Node, result: NodeResult) -> list[Row]:
     return rows
 
 
-def _fix_steps_markdown(steps: tuple[str, ...] | list[str]) -> list[str]:
-    lines: list[str] = []
-    for i, step in enumerate(steps, 1):
-        body = step.strip().splitlines()
-        lines.append(f"{i}. {body[0]}")
-        lines += [f"   {ln}" if ln.strip() else "" for ln in body[1:]]
-        lines.append("")
+# -- live and recorded series, drawn from what the probe declares ----------------------------------
+
+SERIES_STYLES = ("cyan", "red", "magenta", "blue", "green", "yellow")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a series panel: a label, the drawing, its style, and the numbers after it."""
+
+    label: str
+    drawing: str
+    style: str = ""
+    suffix: str = ""
+
+
+def declared(probe_id: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """What a probe declares: its series (name -> unit; the first two are the headline pair)
+    and its values (name -> unit). Nothing for a probe that is not registered."""
+    if not probe_id:
+        return {}, {}
+    from fieldguide.probes import registry
+
+    cls = registry.get(probe_id)
+    if cls is None:
+        return {}, {}
+    return dict(cls.series), dict(cls.values)
+
+
+def label(name: str) -> str:
+    """A value's name as a label: `data_wait_ms` -> `data wait ms`."""
+    return name.replace("_", " ")
+
+
+def numbers(values: object) -> list[float]:
+    if not isinstance(values, list):
+        return []
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def series_lines(found: dict[str, list[float]], units: dict[str, str], width: int) -> list[Line]:
+    """Sparklines of the series found, in the order the probe declares them (`units`), then any
+    it did not declare. The first two declared share one scale, the second shown as a share of
+    the first (a step and the wait inside it); every other series has its own scale."""
+    order = [n for n in units if found.get(n)] + [n for n in found if n not in units and found[n]]
+    pair = [n for n in list(units)[:2] if found.get(n)]
+    lines: list[Line] = []
+    top = max((v for n in pair for v in found[n]), default=0.0)
+    first_median: float | None = None
+    for i, name in enumerate(order):
+        values, unit = found[name], units.get(name, "")
+        style = SERIES_STYLES[i % len(SERIES_STYLES)]
+        if name in pair:
+            mid = median(values) or 0.0
+            if name == pair[0]:
+                first_median = mid
+                suffix = f" {format_value(mid, unit)} median"
+            else:
+                share = f" · {mid / first_median:.0%} of {label(pair[0]).split()[0]}" if first_median else " median"
+                suffix = f" {format_value(mid, unit)}{share}"
+            lines.append(Line(label(name), sparkline(values, width, top), style, suffix))
+        else:
+            lines.append(Line(label(name), sparkline(values, width), style, f" {format_value(values[-1], unit)}"))
     return lines
 
 
-def departure_markdown(departure: Departure) -> str:
-    """The cause's field-guide page: why it costs, how to fix (with code), how to verify."""
-    cause = departure.cause
-    lines = ["## Why it costs", "", cause.why.strip(), "", "## Fix", ""]
-    lines += _fix_steps_markdown(cause.fix)
-    lines += ["## Verify", "", cause.verify.strip(), ""]
-    return "\n".join(lines)
-
-
-def top_stacks(departure: Departure, limit: int = 3) -> list[dict[str, Any]]:
-    """The departure's most frequent stacks (main process first, then workers)."""
-    for evidence in departure.evidence.values():
-        stacks = evidence.get("top_stacks") or evidence.get("top_worker_stacks")
-        if stacks:
-            return list(stacks)[:limit]
-    return []
-
-
-def series(departure: Departure) -> dict[str, list[float]]:
-    """Per-step series in the departure's evidence: step time and data wait (ms), RSS (MB)."""
-    out: dict[str, list[float]] = {}
-    for evidence in departure.evidence.values():
-        for key in ("step_ms", "data_wait_ms", "rss_mb"):
-            if key not in out and isinstance(evidence.get(key), list) and evidence[key]:
-                out[key] = [float(v) for v in evidence[key] if isinstance(v, (int, float))]
-    return out
+def reading_lines(reading: dict[str, Any], width: int) -> tuple[list[Line], str]:
+    """A live reading (Probe.reading's shape) as lines: progress, then its series; and its
+    interim values as one line of text, with the units the probe declares."""
+    series_units, value_units = declared(str(reading.get("probe", "")))
+    lines: list[Line] = []
+    elapsed, of = reading.get("elapsed"), reading.get("of")
+    if isinstance(elapsed, (int, float)) and isinstance(of, (int, float)) and of > 0:
+        lines.append(Line("progress", bar(elapsed / of, width), "", f" {elapsed:4.1f}/{of:.0f} s"))
+    raw = reading.get("series")
+    found = {str(k): numbers(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+    lines += series_lines(found, series_units, width)
+    values = reading.get("values")
+    text = ""
+    if isinstance(values, dict):
+        text = " · ".join(f"{label(str(k))} {format_value(v, value_units.get(str(k), ''))}"
+                          for k, v in values.items() if v is not None and not isinstance(v, (dict, list)))
+    return lines, text

@@ -18,11 +18,11 @@ class ProcInfo:
     pid: int
     user: str
     cpu_percent: float
-    rss_mb: float
+    rss_mib: float
     cmdline: str
     torch: bool = True
     gpu_mb: int | None = None  # GPU memory NVML says it holds; None: not a GPU process (or no NVML)
-    workers: int = 0  # child processes that also use torch (DataLoader workers), folded into this row
+    torch_children: int = 0  # child processes that also use torch (DataLoader workers), folded into this row
 
 
 Scanner = Callable[[], list[ProcInfo]]
@@ -117,19 +117,19 @@ class ProcessScanner:
             mem = info.get("memory_info")
             rows[pid] = (info.get("ppid") or 0, ProcInfo(
                 pid=pid, user=info.get("username") or "?", cpu_percent=round(max(cpu, 0.0), 1),
-                rss_mb=round(mem.rss / 2**20, 1) if mem else 0.0, cmdline=" ".join(cmdline) or info.get("name") or "",
+                rss_mib=round(mem.rss / 2**20, 1) if mem else 0.0, cmdline=" ".join(cmdline) or info.get("name") or "",
                 torch=uses_torch, gpu_mb=gpus.get(pid)))
         self._last = seen
         # DataLoader workers (children that also use torch) fold into their parent's row.
-        workers: dict[int, int] = {}
+        children: dict[int, int] = {}
         for ppid, _ in rows.values():
             if ppid in rows:
-                workers[ppid] = workers.get(ppid, 0) + 1
+                children[ppid] = children.get(ppid, 0) + 1
         out = []
         for pid, (ppid, row) in rows.items():
             if ppid in rows:
                 continue
-            if workers.get(pid):
-                row = ProcInfo(**{**row.__dict__, "workers": workers[pid]})
+            if children.get(pid):
+                row = ProcInfo(**{**row.__dict__, "torch_children": children[pid]})
             out.append(row)
         return sorted(out, key=lambda r: (-r.cpu_percent, r.pid))

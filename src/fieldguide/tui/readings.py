@@ -52,7 +52,7 @@ class ReadingPump:
 
 
 def sample_tree(pid: int, previous: dict[int, float], interval: float) -> tuple[float, float, int, float]:
-    """One sample of a process tree: (main CPU %, children CPU %, number of children, RSS MB).
+    """One sample of a process tree: (main CPU %, children CPU %, number of children, RSS MiB).
 
     `previous` maps pid -> CPU seconds at the last sample and is updated in place.
     Raises psutil.NoSuchProcess when the main process is gone.
@@ -64,14 +64,14 @@ def sample_tree(pid: int, previous: dict[int, float], interval: float) -> tuple[
     tree = snapshot(psutil.Process(pid))  # the same per-process reading as the process.cpu probe
     if pid not in tree:
         raise psutil.NoSuchProcess(pid)
-    main = workers = 0.0
+    main = children = 0.0
     for each, reading in tree.items():
         pct = (reading["cpu"] - previous[each]) / interval * 100 if each in previous else 0.0
         if each == pid:
             main = pct
         else:
-            workers += pct
+            children += pct
     previous.clear()
     previous.update({each: reading["cpu"] for each, reading in tree.items()})
     rss = sum(reading["rss"] for reading in tree.values()) / 2**20
-    return max(main, 0.0), max(workers, 0.0), len(tree) - 1, rss
+    return max(main, 0.0), max(children, 0.0), len(tree) - 1, rss

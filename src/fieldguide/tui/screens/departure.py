@@ -1,13 +1,17 @@
 """The departure: the cause, the evidence (the numbers, the series, the top stacks), and the
-field-guide page (why, fix with code, verify) as Markdown. m re-measures to check a fix."""
+field-guide page (why, fix with code, verify) as Markdown. m re-measures to check a fix.
+
+Drawn from the walk's `Findings`, the object the reports and the headless summary read, with
+the same status vocabulary and fix-step renderer. Series are the ones the probes declare."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -15,23 +19,44 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Markdown, Static
 
 from fieldguide.measurement import format_value
-from fieldguide.probes.stats import median
-from fieldguide.tui.model import (
-    departure_markdown,
-    measured_vs_expected,
-    series,
-    sparkline,
-    top_stacks,
+from fieldguide.report.fixsteps import page_markdown
+from fieldguide.report.vocabulary import (
+    DEPART,
+    ERROR,
+    GLYPH,
+    HELD_GLYPH,
+    HELD_STYLE,
+    PASS,
+    STYLE,
+    status_mark,
 )
+from fieldguide.tui.messages import (
+    ExportRequested,
+    LiveUpdate,
+    MeterSample,
+    RemeasureDone,
+    RemeasureRequested,
+    RemeasureStatus,
+)
+from fieldguide.tui.model import declared, expectation_rows, label, numbers, series_lines
 from fieldguide.tui.widgets.live import LiveReadings
 
 if TYPE_CHECKING:
-    from fieldguide.engine import Departure, NodeResult
-    from fieldguide.tui.screens.walk import WalkScreen
+    from textual import getters
+
+    from fieldguide.playbook import Playbook
+    from fieldguide.report.findings import Findings
+    from fieldguide.tui.app import FieldguideApp
+    from fieldguide.tui.walkstate import Remeasure, RemeasureRows
 
 STACK_FRAMES = 3  # innermost frames shown per stack; the report has them all
-HEADLINE_VALUES = ("steps", "steps_per_second", "step_ms_median", "step_ms_p90", "data_wait_ms_median",
-                   "samples", "workers", "producer", "debug_switches")
+STACKS = 3
+
+
+def evidence_series(evidence: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """The series a node's evidence holds under the names its probe declares, and their units."""
+    units, _ = declared(evidence.get("probe"))
+    return {name: numbers(evidence.get(name)) for name in units if numbers(evidence.get(name))}, units
 
 
 class DepartureScreen(Screen[None]):
@@ -41,24 +66,25 @@ class DepartureScreen(Screen[None]):
         Binding("e", "export", "Export"),
     ]
 
-    def __init__(self, walk_screen: WalkScreen) -> None:
+    if TYPE_CHECKING:
+        app = getters.app(FieldguideApp)
+
+    def __init__(self, findings: Findings, playbook: Playbook, remeasure: Remeasure) -> None:
         super().__init__()
-        self.walk_screen = walk_screen
-        assert walk_screen.session is not None and walk_screen.session.walk.departure is not None
-        self.departure: Departure = walk_screen.session.walk.departure
-        path = walk_screen.session.walk.path
-        ids = [r.node for r in path]
-        start = ids.index(self.departure.node) if self.departure.node in ids else 0
-        self.chain: list[NodeResult] = path[start:]
+        assert findings.first_departure is not None
+        self.findings, self.playbook, self.remeasure = findings, playbook, remeasure
+        self.departure: dict[str, Any] = findings.first_departure
+        self.chain = findings.chain()
 
     def compose(self) -> ComposeResult:
+        d = self.departure
         yield Header(show_clock=False)
         with VerticalScroll(id="dep-scroll"):
             yield Static(self._banner(), id="dep-banner")
             yield Static("", id="dep-remeasure")
             yield LiveReadings(id="dep-live")
             yield Static(self._evidence(), id="dep-evidence")
-            yield Markdown(departure_markdown(self.departure), id="dep-guide")
+            yield Markdown(page_markdown(d.get("why", ""), d["fix"], d["verify"]), id="dep-guide")
         yield Footer()
 
     @property
@@ -67,88 +93,108 @@ class DepartureScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.title = "departure"
-        self.sub_title = f"{self.departure.cause.id} at {self.departure.node}"
+        self.sub_title = f"{self.departure['cause']} at {self.departure['node']}"
         self.query_one("#dep-remeasure").display = False
         self.live.display = False
-        ws = self.walk_screen
-        if ws.op == "remeasure":
-            self.remeasure_progress(ws.remeasure_text)
-        elif ws.remeasure_result is not None:
-            self.remeasure_finished(*ws.remeasure_result)
+        if self.remeasure.running:
+            self.remeasure_progress(self.remeasure.text)
+        elif self.remeasure.rows is not None:
+            self.remeasure_finished(self.remeasure.rows, self.remeasure.note)
         self.query_one("#dep-scroll").focus()
-
-    def on_unmount(self) -> None:
-        self.walk_screen.departure_closed()
 
     # -- content ---------------------------------------------------------------------------------------
 
     def _banner(self) -> Group:
         d = self.departure
-        probes = ", ".join(dict.fromkeys(r.probe for r in self.chain if r.probe))
+        probes = ", ".join(dict.fromkeys(str(step["probe"]) for step in self.chain if step.get("probe")))
         return Group(
-            Text.assemble(("✗ ", "bold red"), (d.cause.id, "bold red reverse"), "  ", (d.cause.title, "bold")),
-            Text.assemble(("departed at ", "dim"), (d.node, "bold"), (f" · measured by {probes}" if probes else "",
-                                                                       "dim")),
+            Text.assemble((GLYPH[DEPART] + " ", STYLE[DEPART]), (d["cause"], f"{STYLE[DEPART]} reverse"), "  ",
+                          (d["title"], "bold")),
+            Text.assemble(("departed at ", "dim"), (d["node"], "bold"),
+                          (f" · measured by {probes}" if probes else "", "dim")),
             Text(""),
-            Text(d.summary),
+            Text(d["summary"]),
         )
 
-    def _evidence(self) -> Group:
-        parts: list[RenderableType] = [Text("")]
-        parts.append(Text("Evidence", style="bold underline"))
+    def _evidence_table(self) -> tuple[Table, set[str]]:
         table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
         for name in ("node", "value", "measured", "expected", ""):
             table.add_column(name, no_wrap=True, style="bold" if name == "value" else "")
-        for result in self.chain:
-            node = self.walk_screen.playbook.nodes[result.node]
-            for i, row in enumerate(measured_vs_expected(node, result)):
-                mark = ("✓", "green") if row.held else ("✗", "bold red") if row.held is False else ("?", "magenta")
-                table.add_row(result.node if i == 0 else "", row.name, row.measured, row.expected, Text(*mark))
-        parts.append(table)
-        numbers = []
-        for result in self.chain:
-            if result.measurement is None:
+        shown: set[str] = set()
+        for step in self.chain:
+            node = self.playbook.nodes.get(step["node"])
+            if node is None:
                 continue
-            m = result.measurement
-            for name in HEADLINE_VALUES:
-                if name in m.values and m.values[name] is not None:
-                    numbers.append(f"{name} {format_value(m.values[name], m.units.get(name, ''))}")
-        if numbers:
-            parts.append(Text("numbers: " + " · ".join(dict.fromkeys(numbers)), style="dim"))
-        width = max(16, min(48, self.app.size.width - 40))
-        found = series(self.departure)
-        step, wait = found.get("step_ms", []), found.get("data_wait_ms", [])
-        if step:
-            top = max(step + wait)
-            parts.append(Text(""))
-            parts.append(Text.assemble(("step ms  ", "bold"), (sparkline(step, width, top), "cyan"),
-                                       f" median {median(step) or 0:.1f} ({len(step)} steps)"))
-            if wait:
-                med_s, med_w = median(step) or 0.0, median(wait) or 0.0
-                share = f", {med_w / med_s:.0%} of a step" if med_s else ""
-                parts.append(Text.assemble(("wait ms  ", "bold"), (sparkline(wait, width, top), "red"),
-                                           f" median {med_w:.1f}{share}"))
-        if found.get("rss_mb"):
-            rss = found["rss_mb"]
-            parts.append(Text.assemble(("RSS MB   ", "bold"), (sparkline(rss, width), "magenta"), f" {rss[-1]:.0f}"))
-        stacks = top_stacks(self.departure)
+            values = self.findings.evidence.get(step["node"], {}).get("values") or step["measured"]
+            for i, row in enumerate(expectation_rows(node, step.get("probe"), values, self.findings.units)):
+                table.add_row(step["node"] if i == 0 else "", row.name, row.measured, row.expected,
+                              Text(HELD_GLYPH[row.held], style=HELD_STYLE[row.held]))
+                shown.add(row.name)
+        return table, shown
+
+    def _numbers(self, shown: set[str]) -> Text | None:
+        """The departed node's other measured values, with their units."""
+        values = self.findings.evidence.get(self.departure["node"], {}).get("values") or {}
+        words = [f"{name} {format_value(value, self.findings.units.get(name, ''))}" for name, value in values.items()
+                 if name not in shown and value is not None and not isinstance(value, (list, dict))]
+        return Text("numbers: " + " · ".join(words), style="dim") if words else None
+
+    def _series(self) -> list[RenderableType]:
+        drawn: dict[str, tuple[list[float], str]] = {}
+        for step in self.chain:
+            found, units = evidence_series(self.findings.evidence.get(step["node"], {}))
+            for name, values in found.items():
+                drawn.setdefault(name, (values, units.get(name, "")))
+        label_w = max([8] + [len(label(name)) + 1 for name in drawn])
+        width = max(16, min(48, self.app.size.width - label_w - 30))
+        lines = series_lines({n: v for n, (v, _) in drawn.items()}, {n: u for n, (_, u) in drawn.items()}, width)
+        return [Text.assemble((f"{line.label:<{label_w}}", "bold"), (line.drawing, line.style), line.suffix)
+                for line in lines]
+
+    def _evidence(self) -> Group:
+        parts: list[RenderableType] = [Text(""), Text("Evidence", style="bold underline")]
+        table, shown = self._evidence_table()
+        parts.append(table)
+        numbers_line = self._numbers(shown)
+        if numbers_line is not None:
+            parts.append(numbers_line)
+        series = self._series()
+        if series:
+            parts += [Text(""), *series]
+        whose, stacks = self.findings.top_stacks([step["node"] for step in self.chain])
         if stacks:
-            parts.append(Text(""))
-            parts.append(Text("Top stacks (main thread, innermost frame first)", style="bold"))
-            for s in stacks:
+            parts += [Text(""), Text(f"Top stacks ({whose}, innermost frame first)", style="bold")]
+            for s in stacks[:STACKS]:
                 part = s.get("share")
                 frames = str(s.get("stack", "")).split(" ← ")
                 stack = " ← ".join(frames[:STACK_FRAMES]) + (" ← …" if len(frames) > STACK_FRAMES else "")
                 parts.append(Text.assemble((f"{part:4.0%} " if isinstance(part, (int, float)) else "     ", "bold"),
                                            (f"{s.get('category', '')}  ", "yellow"), stack))
-        provenance = [f"{r.node}: {r.measurement.provenance}" for r in self.chain
-                      if r.measurement is not None and r.measurement.provenance]
+        provenance = [f"{step['node']}: {self.findings.evidence[step['node']]['provenance']}" for step in self.chain
+                      if self.findings.evidence.get(step["node"], {}).get("provenance")]
         if provenance:
-            parts.append(Text(""))
-            parts.append(Text("How it was measured: " + "; ".join(provenance), style="dim italic"))
+            parts += [Text(""), Text("How it was measured: " + "; ".join(provenance), style="dim italic")]
+        if self.findings.exit:
+            parts += [Text(""), Text(self.findings.exit_line(), style=STYLE[ERROR])]
         return Group(*parts)
 
-    # -- re-measure --------------------------------------------------------------------------------------
+    # -- live readings and the re-measure, routed here by the app from the walk ---------------------------
+
+    @on(LiveUpdate)
+    def live_update(self, event: LiveUpdate) -> None:
+        self.live.update_readings(event.readings, event.output)
+
+    @on(MeterSample)
+    def meter_sample(self, event: MeterSample) -> None:
+        self.live.update_meter(event.main_pct, event.children_pct, event.children, event.rss_mib)
+
+    @on(RemeasureStatus)
+    def remeasure_status(self, event: RemeasureStatus) -> None:
+        self.remeasure_progress(event.text)
+
+    @on(RemeasureDone)
+    def remeasure_done(self, event: RemeasureDone) -> None:
+        self.remeasure_finished(event.rows, event.note)
 
     def remeasure_progress(self, text: str) -> None:
         box = self.query_one("#dep-remeasure", Static)
@@ -157,20 +203,21 @@ class DepartureScreen(Screen[None]):
         self.live.display = True
         self.query_one("#dep-scroll", VerticalScroll).scroll_home(animate=False)
 
-    def remeasure_finished(self, rows: list[tuple[str, NodeResult | None, NodeResult]], note: str) -> None:
+    def remeasure_finished(self, rows: RemeasureRows, note: str) -> None:
         self.live.display = False
         box = self.query_one("#dep-remeasure", Static)
         box.display = True
         if not rows:
-            box.update(Text.assemble(("! Could not re-measure: ", "bold magenta"), note or "nothing measured"))
+            box.update(Text.assemble((f"{GLYPH[ERROR]} Could not re-measure: ", f"bold {STYLE[ERROR]}"),
+                                     note or "nothing measured"))
             return
         node_id, before, after = rows[0]
-        if after.status == "pass":
-            head = Text(f"✓ Fixed: {node_id} now passes.", style="bold green")
-        elif after.status == "depart":
-            head = Text(f"✗ Still departs at {node_id}: the fix is not in yet.", style="bold red")
+        if after.status == PASS:
+            head = Text(f"{GLYPH[PASS]} Fixed: {node_id} now passes.", style=f"bold {STYLE[PASS]}")
+        elif after.status == DEPART:
+            head = Text(f"{GLYPH[DEPART]} Still departs at {node_id}: the fix is not in yet.", style=STYLE[DEPART])
         else:
-            head = Text(f"! Could not re-measure {node_id}: {after.note}", style="bold magenta")
+            head = Text(f"{GLYPH[ERROR]} Could not re-measure {node_id}: {after.note}", style=f"bold {STYLE[ERROR]}")
         table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
         for name in ("node", "value", "before", "now", ""):
             table.add_column(name, no_wrap=True)
@@ -179,20 +226,21 @@ class DepartureScreen(Screen[None]):
             for i, name in enumerate(new.measured or (old.measured if old else {})):
                 was = format_value(old.measured.get(name), units.get(name, "")) if old else "n/a"
                 now = format_value(new.measured.get(name), units.get(name, ""))
-                table.add_row(nid if i == 0 else "", name, was, now, new.status if i == 0 else "")
+                table.add_row(nid if i == 0 else "", name, was, now,
+                              Text(status_mark(new.status), style=STYLE.get(new.status, "")) if i == 0 else "")
         parts: list[RenderableType] = [head, table]
         if note:
             parts.append(Text(note, style="dim"))
         parts.append(Text(""))
         box.update(Group(*parts))
 
-    # -- actions -----------------------------------------------------------------------------------------
+    # -- actions: the walk does them; the app routes the request there ------------------------------------
 
     def action_back(self) -> None:
         self.app.pop_screen()
 
     def action_remeasure(self) -> None:
-        self.walk_screen.action_remeasure()
+        self.post_message(RemeasureRequested())
 
     def action_export(self) -> None:
-        self.walk_screen.action_export()
+        self.post_message(ExportRequested())

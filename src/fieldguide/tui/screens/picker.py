@@ -22,7 +22,10 @@ from fieldguide.tui.model import TargetSpec
 from fieldguide.tui.procscan import ProcInfo, Scanner, short_command
 
 if TYPE_CHECKING:
+    from textual import getters
+
     from fieldguide.playbook import Playbook
+    from fieldguide.tui.app import FieldguideApp
 
 DEMO_NAME = "loader_remote_reads"  # fieldguide.workloads.DEMO, named here so the picker draws without importing it
 DEMO_TEXT = f"the bundled demo: {DEMO_NAME}.py, a training loop that waits on slow reads"
@@ -34,6 +37,9 @@ def _cmd_text(cmd: str, width: int) -> str:
 
 
 class TargetPicker(Screen[None]):
+    if TYPE_CHECKING:
+        app = getters.app(FieldguideApp)
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "demo", "Demo"),
         Binding("l", "launch", "Launch"),
@@ -99,8 +105,8 @@ class TargetPicker(Screen[None]):
         column = table.columns[ColumnKey("cmd")]
         column.auto_width, column.width = False, cmd_width
         for r in event.rows:
-            cmd = short_command(r.cmdline) + (f"  (+{r.workers} workers)" if r.workers else "")
-            table.add_row(str(r.pid), r.user[:9], f"{r.cpu_percent:.0f}", f"{r.rss_mb:.0f}",
+            cmd = short_command(r.cmdline) + (f"  (+{r.torch_children} workers)" if r.torch_children else "")
+            table.add_row(str(r.pid), r.user[:9], f"{r.cpu_percent:.0f}", f"{r.rss_mib:.0f}",
                           "" if r.gpu_mb is None else str(r.gpu_mb), _cmd_text(cmd, cmd_width), key=str(r.pid))
         if keep is not None and keep in {str(p) for p in self.rows}:
             table.move_cursor(row=table.get_row_index(keep))
@@ -124,10 +130,9 @@ class TargetPicker(Screen[None]):
             self.action_launch()
 
     def action_demo(self) -> None:
-        from fieldguide.session import demo_command
+        from fieldguide.tui.demo import demo_spec
 
-        spec = TargetSpec(cmd=tuple(demo_command()), label=f"the bundled demo ({DEMO_NAME}.py)", demo=True)
-        self.app.push_screen(PlaybookPicker(spec, preselect="slow-training"))
+        self.app.push_screen(PlaybookPicker(demo_spec()))
 
     def action_launch(self) -> None:
         def launched(cmd: list[str] | None) -> None:
@@ -138,11 +143,14 @@ class TargetPicker(Screen[None]):
 
 
 class PlaybookPicker(Screen[None]):
+    if TYPE_CHECKING:
+        app = getters.app(FieldguideApp)
+
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back")]
 
-    def __init__(self, spec: TargetSpec, preselect: str | None = None) -> None:
+    def __init__(self, spec: TargetSpec) -> None:
         super().__init__()
-        self.spec, self.preselect = spec, preselect
+        self.spec, self.preselect = spec, spec.playbook  # the playbook the target comes with, if any
         self.playbooks: dict[str, Playbook] = {}
 
     def compose(self) -> ComposeResult:
@@ -182,10 +190,10 @@ class PlaybookPicker(Screen[None]):
     @on(OptionList.OptionSelected, "#playbooks")
     def chosen(self, event: OptionList.OptionSelected) -> None:
         playbook = self.playbooks[str(event.option.id)]
-        self.app.start_walk(self.spec, playbook)  # type: ignore[attr-defined]
+        self.app.start_walk(self.spec, playbook)
 
     def action_back(self) -> None:
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
         else:
-            self.app.switch_screen(TargetPicker(self.app.scanner))  # type: ignore[attr-defined]
+            self.app.switch_screen(TargetPicker(self.app.scanner))

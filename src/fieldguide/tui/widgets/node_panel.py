@@ -12,15 +12,23 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from fieldguide.tui.model import GLYPH, STYLE, WAITING, measured_vs_expected
+from fieldguide.report.vocabulary import (
+    DEPART,
+    ERROR,
+    GLYPH,
+    HELD_GLYPH,
+    HELD_STYLE,
+    PASS,
+    STYLE,
+    WAITING,
+    WORD,
+)
+from fieldguide.tui.model import measured_vs_expected
 from fieldguide.tui.widgets.live import LiveReadings
 
 if TYPE_CHECKING:
     from fieldguide.engine import NodeResult
     from fieldguide.playbook import Cause, Node
-
-STATE_WORDS = {"waiting": "waiting", "measuring": "measuring", "pass": "pass", "depart": "departs",
-               "skip": "skipped", "error": "could not measure"}
 
 
 class NodePanel(VerticalScroll):
@@ -57,7 +65,7 @@ class NodePanel(VerticalScroll):
     def show_node(self, node: Node, state: str, result: NodeResult | None, *, measuring: bool,
                   rerun: bool = False) -> None:
         title = Text.assemble((GLYPH[state] + " ", STYLE[state]), (node.id, "bold"),
-                              ("  " + STATE_WORDS[state], STYLE[state] if state != WAITING else "dim"))
+                              ("  " + WORD[state], STYLE[state] if state != WAITING else "dim"))
         if result is not None and not measuring:
             extra = f"  {result.probe or 'no probe'} · {result.seconds:.1f} s" + (" · re-run" if rerun else "")
             title.append(extra, style="dim")
@@ -71,13 +79,13 @@ class NodePanel(VerticalScroll):
                 table.add_column("expected", no_wrap=True)
                 table.add_column("", no_wrap=True)
                 for row in rows:
-                    mark = ("✓", "green") if row.held else ("✗", "bold red") if row.held is False else ("?", "magenta")
-                    table.add_row(row.name, row.measured, row.expected, Text(*mark))
+                    table.add_row(row.name, row.measured, row.expected,
+                                  Text(HELD_GLYPH[row.held], style=HELD_STYLE[row.held]))
                 body.append(table)
             elif result.expected:
                 body.append(Text(f"expected: {result.expected}", style="dim"))
             if result.note:
-                body.append(Text(result.note, style="italic dim" if result.status in ("pass", "depart") else "magenta"))
+                body.append(Text(result.note, style="italic dim" if result.status in (PASS, DEPART) else STYLE[ERROR]))
         elif not measuring:
             option = node.measure[0] if node.measure else None
             if option is not None:
