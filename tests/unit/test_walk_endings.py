@@ -83,3 +83,78 @@ def test_the_runner_runs_only_history_readers_on_an_ended_target() -> None:
     assert not stacks.ok and not stacks.applicable and "ValueError: bad batch" in (stacks.unavailable or "")
     loop = runner.measure_probe("loop.steps", {})  # reads history: it runs, and says the agent is absent
     assert not loop.ok and loop.unavailable == "the in-process agent is not connected"
+
+
+class Alive:
+    kind = "launch"
+    pid = 1
+    agent = None
+
+    def alive(self) -> bool:
+        return True
+
+    def gone_reason(self) -> str:
+        return "gone"
+
+    def capabilities(self) -> set[str]:
+        return {"process"}
+
+
+def test_a_prefetched_window_runs_beside_the_walk_and_its_node_waits_only_for_the_rest(temp_probes: Any) -> None:
+    import threading
+
+    from fieldguide.probes.base import Probe, ProbeContext
+
+    release = threading.Event()
+    runs: list[int] = []
+
+    class Window(Probe):
+        id = "test.walk.window"
+        title = "a window the walk prefetches"
+        params = {"seconds": 1.0}
+        values = {"n": ""}
+
+        def run(self, ctx: ProbeContext, seconds: float = 1.0) -> Measurement:
+            runs.append(1)
+            release.wait(5)
+            return self.measurement(values={"n": len(runs)}, seconds=seconds)
+
+    temp_probes(Window)
+    runner = ProbeRunner(Alive(), budget=100.0)
+    option = MeasureOption(probe="test.walk.window", params={}, expect=parse_expectation({"n": {"below": 5}}))
+    runner.prefetch((option,), {"process"})
+    runner.prefetch((option,), {"process"})  # already in flight: not started twice
+    threading.Timer(0.3, release.set).start()
+    first = runner(option)  # waits for the window in flight
+    assert first.ok and first.values == {"n": 1} and not first.reused
+    assert runs == [1]
+    assert 0.1 < runner.spent < 3.0  # charged for the wait, not for a second window
+    again = runner(option)
+    assert again.reused and runs == [1]
+    runner.stop_prefetch()
+
+
+def test_prefetch_skips_probes_whose_needs_are_unmet(temp_probes: Any) -> None:
+    runner = ProbeRunner(Alive(), budget=100.0)
+    option = MeasureOption(probe="loop.steps", params={}, expect=parse_expectation({"steps": {"at_least": 1}}))
+    runner.prefetch((option,), {"process"})  # loop.steps needs the agent
+    assert not runner._inflight and not runner._prefetch_threads
+
+
+def test_prefetch_must_name_a_probe_the_playbook_measures(tmp_path: Any) -> None:
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    from fieldguide.playbook import load_playbook
+    from fieldguide.playbook.loader import PlaybookError
+
+    root = Path(__file__).resolve().parents[2] / "playbooks"
+    shutil.copy(root / "causes.yaml", tmp_path / "causes.yaml")
+    text = (root / "slow-training.yaml").read_text()
+    assert "prefetch: [stacks.sample]" in text
+    assert load_playbook(root / "slow-training.yaml").prefetch[0].probe == "stacks.sample"
+    (tmp_path / "bad.yaml").write_text(text.replace("prefetch: [stacks.sample]", "prefetch: [gpu.devices]"))
+    with pytest.raises(PlaybookError, match="prefetch.*measured by no node"):
+        load_playbook(tmp_path / "bad.yaml")
