@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-import time
 import venv
 from pathlib import Path
 
@@ -31,17 +30,13 @@ def test_core_never_imports_textual(module: str) -> None:
     assert "pynvml" not in modules
 
 
-def test_cli_help_is_fast_and_light() -> None:
+def test_cli_help_is_light() -> None:
+    # How fast `--help` is depends on the machine: benchmarks/cli_startup.py times it. What
+    # makes it fast is tested here: the CLI module loads nothing heavy.
     modules = imported_after("import fieldguide.cli")
     assert not {"torch", "textual", "pynvml", "psutil", "rich"} & modules
-    best = min(_time_help() for _ in range(3))
-    assert best < 0.3, f"fieldguide --help took {best:.2f} s"
-
-
-def _time_help() -> float:
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "fieldguide", "--help"], capture_output=True, check=True)
-    return time.perf_counter() - t0
+    done = subprocess.run([sys.executable, "-m", "fieldguide", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "usage: fieldguide" in done.stdout
 
 
 @pytest.mark.integration

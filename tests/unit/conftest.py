@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -10,6 +10,8 @@ from fg_fakes import LAUNCH, FakeMeasure, healthy_values
 
 from fieldguide.engine import Walk
 from fieldguide.playbook import Playbook, find_playbook
+from fieldguide.probes import registry
+from fieldguide.probes.base import Probe
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +38,24 @@ def walk_with(slow_training: Playbook) -> Callable[..., tuple[Walk, FakeMeasure]
         return walk, fake
 
     return run
+
+
+@pytest.fixture
+def temp_probes() -> Iterator[Callable[[type[Probe]], type[Probe]]]:
+    """`register(cls)` for this test only: what it registers is removed when the test ends.
+
+    Tests must not leave probes in the process-wide registry: a class defined inside a test
+    is a new class on every run, and the registry refuses a second class under an id, so a
+    second in-process run (pytest.main twice, an IDE re-run) would fail."""
+    registry.ids()  # the built-ins are loaded first: teardown removes only what the test added
+    added: list[str] = []
+
+    def register(cls: type[Probe]) -> type[Probe]:
+        if registry.get(cls.id) is None:
+            added.append(cls.id)
+        return registry.register(cls)
+
+    yield register
+    for probe_id in added:
+        # The registry has no public unregister (probes are registered for a process's life).
+        registry._probes.pop(probe_id, None)

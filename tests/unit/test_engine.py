@@ -355,7 +355,6 @@ def test_a_value_of_the_wrong_type_is_an_error_not_a_crash(tmp_path):
 
 # --- ProbeRunner ---------------------------------------------------------------------------------------
 
-@register
 class CountingProbe(Probe):
     id = "test.unit.counting"
     title = "Counts its runs (unit tests)"
@@ -368,7 +367,6 @@ class CountingProbe(Probe):
         return self.measurement(values={"n": type(self).runs, "k": k}, seconds=0.5, provenance="counter")
 
 
-@register
 class NestedProbe(Probe):
     id = "test.unit.nested"
     title = "Measures the counting probe through the walk's cache (unit tests)"
@@ -379,7 +377,6 @@ class NestedProbe(Probe):
         return self.measurement(values={"inner_n": inner.values["n"], "inner_reused": inner.reused})
 
 
-@register
 class BrokenProbe(Probe):
     id = "test.unit.broken"
     title = "Raises (unit tests)"
@@ -391,7 +388,6 @@ class BrokenProbe(Probe):
         raise RuntimeError("boom")
 
 
-@register
 class ZeroSecondsProbe(Probe):
     id = "test.unit.zero"
     title = "Reports no duration of its own (unit tests)"
@@ -428,8 +424,18 @@ class FakeClock:
         return self.now
 
 
+UNIT_PROBES = (CountingProbe, NestedProbe, BrokenProbe, ZeroSecondsProbe)
+
+
 @pytest.fixture
-def runner() -> ProbeRunner:
+def unit_probes(temp_probes) -> None:
+    """The probes above, registered for one test (removed after it, see temp_probes)."""
+    for cls in UNIT_PROBES:
+        temp_probes(cls)
+
+
+@pytest.fixture
+def runner(unit_probes) -> ProbeRunner:
     CountingProbe.runs = 0
     BrokenProbe.runs = 0
     return ProbeRunner(FakeTarget(), budget=100.0)
@@ -551,7 +557,7 @@ def test_judge_depart_carries_the_measurement(runner):
                                 "probe": "test.unit.counting", "seconds": 0.5, "note": ""}
 
 
-def test_registry_rejects_a_second_class_with_the_same_id():
+def test_registry_rejects_a_second_class_with_the_same_id(unit_probes):
     class Impostor(Probe):
         id = "test.unit.counting"
         title = "x"
@@ -572,14 +578,10 @@ def test_every_builtin_probe_declares_its_metadata():
         assert cls.needs <= {"process", "agent", "gpu"}
 
 
-def test_forgetting_a_probe_forgets_what_it_measured_through_the_runner():
-    from fieldguide.probes import register
-    from fieldguide.probes.base import Probe
-    from fieldguide.runner import ProbeRunner
-
+def test_forgetting_a_probe_forgets_what_it_measured_through_the_runner(temp_probes):
     runs: list[str] = []
 
-    @register
+    @temp_probes
     class Inner(Probe):
         id = "test.forget-inner"
         title = "inner"
@@ -588,7 +590,7 @@ def test_forgetting_a_probe_forgets_what_it_measured_through_the_runner():
             runs.append("inner")
             return self.measurement(values={"v": len(runs)})
 
-    @register
+    @temp_probes
     class Outer(Probe):
         id = "test.forget-outer"
         title = "outer"
@@ -608,3 +610,25 @@ def test_forgetting_a_probe_forgets_what_it_measured_through_the_runner():
     runner.forget("test.forget-outer")
     runner.measure_probe("test.forget-outer", {})
     assert runs == ["outer", "inner", "outer", "inner"]  # the inner window was taken afresh too
+
+
+def test_probes_registered_by_a_test_are_gone_after_it(temp_probes):
+    assert registry.get("test.unit.counting") is None  # the unit probes are registered per test
+    assert not [pid for pid in registry.ids() if pid.startswith("test.")]
+
+
+def test_tests_that_register_probes_pass_twice_in_one_process():
+    """A second in-process run (pytest.main twice) registers new classes under the same ids."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__)
+    tests = [f"{here}::test_forgetting_a_probe_forgets_what_it_measured_through_the_runner",
+             f"{here}::test_same_probe_and_params_runs_once_and_is_reused"]
+    code = ("import sys, pytest\n"
+            f"args = ['-q', '-p', 'no:cacheprovider', *{tests!r}]\n"
+            "sys.exit(max(int(pytest.main(args)), int(pytest.main(args))))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=here.parents[2])
+    assert done.returncode == 0, done.stdout[-3000:]
