@@ -12,15 +12,19 @@ from tests.conftest import run_fieldguide
 
 pytestmark = pytest.mark.integration
 
-# Attach mode has no agent: these decide from py-spy and psutil alone.
-ATTACHABLE = ["healthy_convnet", "loader_slow_workers", "loader_decode_cpu", "checkpoint_every_step",
-              "debug_anomaly_ctx", "debug_profiler",
-              "worker_restart_epochs"]
+# Each workload declares its playbook, the cause (or healthy leaf) a walk must name and the modes it
+# must pass in (its FIELDGUIDE literal, read without importing it). Attach mode has no agent: those
+# decide from py-spy and psutil alone.
+DECLARED = workloads.declarations()
 
 
-def diagnose(tmp_path: Path, *target: str) -> dict:
+def cases(mode: str) -> list[workloads.Declaration]:
+    return [d for _, d in sorted(DECLARED.items()) if mode in d.modes]
+
+
+def diagnose(tmp_path: Path, playbook: str, *target: str) -> dict:
     report = tmp_path / "report.json"
-    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--report", str(report), *target, timeout=150)
+    proc = run_fieldguide("diagnose", "--playbook", playbook, "--report", str(report), *target, timeout=150)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert report.exists(), proc.stderr
     data = json.loads(report.read_text())
@@ -29,29 +33,32 @@ def diagnose(tmp_path: Path, *target: str) -> dict:
     return data
 
 
-def cause_of(data: dict) -> str:
-    return (data["first_departure"] or {}).get("cause", "")
+def assert_found(data: dict, want: workloads.Declaration) -> None:
+    path = json.dumps(data["path"], indent=1)
+    assert data["playbook"] == want.playbook
+    if want.cause is None:
+        assert data["verdict"] == "clean", path
+        assert data["conclusion"] == want.conclusion, path
+    else:
+        assert data["verdict"] == "departure", path
+        assert data["first_departure"]["cause"] == want.cause, path
 
 
-@pytest.mark.parametrize("name", sorted(workloads.WORKLOADS))
-def test_launch(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("want", cases("launch"), ids=lambda d: d.name)
+def test_launch(tmp_path: Path, want: workloads.Declaration) -> None:
     import sys
 
-    data = diagnose(tmp_path, "--", sys.executable, str(workloads.path(name)))
-    want = workloads.WORKLOADS[name]
-    assert cause_of(data) == want, json.dumps(data["path"], indent=1)
-    if want == "":
-        assert data["verdict"] == "clean"
-        assert data["conclusion"] == "device.compute_bound"
+    data = diagnose(tmp_path, want.playbook, "--", sys.executable, str(workloads.path(want.name)))
+    assert_found(data, want)
     assert data["target"]["kind"] == "launch"
     assert data["environment"]["torch"], "the agent reports torch's version"
 
 
-@pytest.mark.parametrize("name", ATTACHABLE)
-def test_attach(tmp_path: Path, name: str, workload_process) -> None:
-    proc = workload_process(name)
-    data = diagnose(tmp_path, "--pid", str(proc.pid))
-    assert cause_of(data) == workloads.WORKLOADS[name], json.dumps(data["path"], indent=1)
+@pytest.mark.parametrize("want", cases("attach"), ids=lambda d: d.name)
+def test_attach(tmp_path: Path, want: workloads.Declaration, workload_process) -> None:
+    proc = workload_process(want.name)
+    data = diagnose(tmp_path, want.playbook, "--pid", str(proc.pid))
+    assert_found(data, want)
     assert proc.poll() is None, "an attached job must keep running"
     assert data["target"]["kind"] == "attach"
     # No agent: the nodes that need it say so, and the walk goes on.

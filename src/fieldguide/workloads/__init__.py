@@ -3,31 +3,95 @@
 
 Each script trains a tiny model for ``FIELDGUIDE_WORKLOAD_SECONDS`` seconds
 (default 120), prints ``step N loss X`` progress lines, and has exactly one
-known performance problem, or none. ``WORKLOADS`` maps each script's stem to
-the cause id a diagnosis should name ("" means healthy). The scripts import
-only the standard library and torch, so they can be run with
+known performance problem, or none. Each declares what a diagnosis must find in
+a module-level literal::
+
+    FIELDGUIDE = {"playbook": "slow-training", "cause": "input.waiting", "modes": ["launch", "attach"]}
+
+``cause`` is the cause id the walk must name (None for a healthy workload, which
+then names the healthy leaf as ``conclusion``); ``modes`` are the ways it must be
+diagnosed: ``launch`` (with the agent) and/or ``attach`` (py-spy and psutil only).
+The declaration is read with ``ast.literal_eval`` from the source, never by
+importing the script: the scripts import torch, and fieldguide's process must not.
+The scripts import only the standard library and torch, so they can be run with
 ``python <path(name)>`` anywhere torch is installed.
 """
+
+from __future__ import annotations
+
+import ast
 import importlib.resources
 import pathlib
+from dataclasses import dataclass
+from typing import Any
 
-WORKLOADS = {
-    "healthy_mlp": "",
-    "healthy_convnet": "",
-    "debug_profiler": "host.debug_mode",
-    "debug_anomaly_ctx": "host.debug_mode",
-    "loader_remote_reads": "input.waiting",
-    "loader_slow_workers": "input.waiting",
-    "loader_decode_cpu": "input.cpu_bound",
-    "loader_augment_workers": "input.cpu_bound",
-    "worker_restart_epochs": "input.worker_startup",
-    "checkpoint_every_step": "host.blocking_io",
-    "log_writes_every_step": "host.blocking_io",
-    "tiny_ops_loop": "host.overhead_bound",
-    "tiny_ops_elementwise": "host.overhead_bound",
-}
-
+MODES = ("launch", "attach")
 DEMO = "loader_remote_reads"
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a diagnosis of one workload must find."""
+
+    name: str
+    playbook: str
+    cause: str | None
+    modes: tuple[str, ...]
+    conclusion: str | None = None
+
+
+class BadDeclaration(ValueError):
+    """A workload's FIELDGUIDE literal is missing or malformed; the message names the file."""
+
+
+def _scripts() -> dict[str, pathlib.Path]:
+    folder = importlib.resources.files(__package__)
+    return {pathlib.Path(str(entry)).stem: pathlib.Path(str(entry)) for entry in folder.iterdir()
+            if entry.name.endswith(".py") and not entry.name.startswith("_")}
+
+
+def read_declaration(source: str, name: str = "<workload>") -> Declaration:
+    """The FIELDGUIDE literal of a workload's source, without running any of it."""
+    tree = ast.parse(source, filename=name)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FIELDGUIDE"
+                                                for t in node.targets):
+            try:
+                data: Any = ast.literal_eval(node.value)
+            except ValueError:
+                raise BadDeclaration(f"{name}: FIELDGUIDE must be a literal dict") from None
+            return _validate(data, name)
+    raise BadDeclaration(f"{name}: no FIELDGUIDE declaration")
+
+
+def _validate(data: Any, name: str) -> Declaration:
+    if not isinstance(data, dict):
+        raise BadDeclaration(f"{name}: FIELDGUIDE must be a dict")
+    unknown = set(data) - {"playbook", "cause", "modes", "conclusion"}
+    if unknown:
+        raise BadDeclaration(f"{name}: unknown FIELDGUIDE keys {sorted(unknown)}")
+    playbook, cause, modes = data.get("playbook"), data.get("cause"), data.get("modes")
+    conclusion = data.get("conclusion")
+    if not isinstance(playbook, str) or not playbook:
+        raise BadDeclaration(f"{name}: FIELDGUIDE playbook must be a playbook id")
+    if cause is not None and (not isinstance(cause, str) or "." not in cause):
+        raise BadDeclaration(f"{name}: FIELDGUIDE cause must be a cause id (area.name) or None")
+    if (cause is None) == (conclusion is None) or (conclusion is not None and not isinstance(conclusion, str)):
+        raise BadDeclaration(f"{name}: FIELDGUIDE needs a cause, or (healthy) cause None and a conclusion")
+    if not isinstance(modes, list) or not modes or not set(modes) <= set(MODES) or len(set(modes)) != len(modes):
+        raise BadDeclaration(f"{name}: FIELDGUIDE modes must be a non-empty list of {', '.join(MODES)}")
+    return Declaration(name=pathlib.Path(name).stem, playbook=playbook, cause=cause, modes=tuple(modes),
+                       conclusion=conclusion)
+
+
+def declarations() -> dict[str, Declaration]:
+    """Every bundled workload's declaration, by name (the script's stem)."""
+    return {name: read_declaration(script.read_text(encoding="utf-8"), str(script))
+            for name, script in sorted(_scripts().items())}
+
+
+# Name -> the cause a diagnosis should name ("" for a healthy workload).
+WORKLOADS: dict[str, str] = {name: d.cause or "" for name, d in declarations().items()}
 
 
 def path(name: str) -> pathlib.Path:

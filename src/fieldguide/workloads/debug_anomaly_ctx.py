@@ -12,6 +12,9 @@ import time
 import torch
 from torch import nn
 
+# What a diagnosis must find, in which modes (read with ast, never by importing this file).
+FIELDGUIDE = {"playbook": "slow-training", "cause": "host.debug_mode", "modes": ["launch", "attach"]}
+
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 CHANNELS, SEQ, BATCH = 4, 24, 32
 

@@ -11,6 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# What a diagnosis must find, in which modes (read with ast, never by importing this file).
+FIELDGUIDE = {"playbook": "slow-training", "cause": "host.debug_mode", "modes": ["launch", "attach"]}
+
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 VOCAB, SEQ, DIM = 1000, 32, 64
 STEPS_PER_TRACE = 50  # "profile a few dozen steps, then look at the table"

@@ -11,6 +11,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
+# What a diagnosis must find, in which modes (read with ast, never by importing this file).
+FIELDGUIDE = {"playbook": "slow-training", "cause": None, "conclusion": "device.compute_bound",
+              "modes": ["launch", "attach"]}
+
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 
 

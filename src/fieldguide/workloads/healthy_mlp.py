@@ -10,6 +10,10 @@ import time
 import torch
 from torch import nn
 
+# What a diagnosis must find, in which modes (read with ast, never by importing this file).
+FIELDGUIDE = {"playbook": "slow-training", "cause": None, "conclusion": "device.compute_bound",
+              "modes": ["launch"]}
+
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 BATCH = 256
 

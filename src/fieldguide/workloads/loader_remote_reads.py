@@ -15,6 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+# What a diagnosis must find, in which modes (read with ast, never by importing this file).
+FIELDGUIDE = {"playbook": "slow-training", "cause": "input.waiting", "modes": ["launch"]}
+
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 DIM, N_OBJECTS, LATENCY_S = 256, 4096, 0.003
 

@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# What a diagnosis must find, in which modes (read with ast, never by importing this file).
+FIELDGUIDE = {"playbook": "slow-training", "cause": "host.blocking_io", "modes": ["launch"]}
+
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 LENGTH, BATCH = 256, 32
 

@@ -11,6 +11,9 @@ import time
 import torch
 from torch import nn
 
+# What a diagnosis must find, in which modes (read with ast, never by importing this file).
+FIELDGUIDE = {"playbook": "slow-training", "cause": "host.overhead_bound", "modes": ["launch"]}
+
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 DEPTH, WIDTH = 120, 16
 

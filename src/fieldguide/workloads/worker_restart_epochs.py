@@ -12,6 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+# What a diagnosis must find, in which modes (read with ast, never by importing this file).
+FIELDGUIDE = {"playbook": "slow-training", "cause": "input.worker_startup", "modes": ["launch", "attach"]}
+
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 SEQ, FEATS = 64, 12
 
