@@ -371,3 +371,162 @@ def test_secrets_inside_one_argument_and_in_log_lines_are_redacted(walk_with, en
 def test_environment_variables_come_from_the_target_and_are_redacted():
     env = environment_from({}, [], {"CUDA_VISIBLE_DEVICES": "0", "HF_TOKEN": "hf_x", "HOME": "/root"})
     assert env["variables"] == {"CUDA_VISIBLE_DEVICES": "0", "HF_TOKEN": "[redacted]"}
+
+
+# --- reruns, exit, and one vocabulary and fix-step renderer for every view ------------------------------
+
+def rerun_result(node: str = "input.data-wait", status: str = "pass", fraction: float = 0.02):
+    from fieldguide.engine import NodeResult
+
+    m = Measurement("loop.steps", values={"data_wait_fraction": fraction}, units={"data_wait_fraction": "fraction"})
+    return NodeResult(node=node, status=status, measured={"data_wait_fraction": fraction},
+                      expected="data_wait_fraction < 0.1", probe="loop.steps", seconds=6.04, note="", measurement=m)
+
+
+def test_reruns_are_absent_when_empty_and_round_trip_when_recorded(departure):
+    assert "reruns" not in departure.to_json() and "exit" not in departure.to_json()
+    departure.record_rerun(rerun_result(), "remeasure", "2026-12-02T12:01:00Z")
+    departure.record_rerun(rerun_result("env.debug-flags", "depart", 0.5), "jump", "2026-12-02T12:02:00Z")
+    data = json.loads(render(departure, "json"))
+    check_contract(data)  # the contract's fields are unchanged
+    assert data["reruns"][0] == {"node": "input.data-wait", "action": "remeasure", "status": "pass",
+                                 "measured": {"data_wait_fraction": 0.02}, "expected": "data_wait_fraction < 0.1",
+                                 "note": "", "probe": "loop.steps", "seconds": 6.04, "when": "2026-12-02T12:01:00Z"}
+    assert [r["action"] for r in data["reruns"]] == ["remeasure", "jump"]
+    again = Findings.from_json(data)
+    assert again.reruns == data["reruns"] and again.to_json() == data
+    with pytest.raises(ValueError, match="unknown action"):
+        departure.record_rerun(rerun_result(), "retry")
+
+
+def test_reruns_are_shown_in_markdown_html_and_the_rich_summary(departure):
+    from rich.console import Console
+
+    departure.record_rerun(rerun_result(), "remeasure", "2026-12-02T12:01:00Z")
+    md = to_markdown(departure)
+    assert "## Measured again in the TUI" in md
+    assert ("| 2026-12-02T12:01:00Z | re-measure | input.data-wait | ✓ pass | data_wait_fraction=2% | "
+            "`data_wait_fraction < 0.1` | 6.0 |  |") in md
+    page = to_html(departure)
+    assert "<h2>Measured again in the TUI</h2>" in page and "<td>re-measure</td>" in page
+    console = Console(record=True, width=120, color_system=None)
+    console.print(departure)
+    text = console.export_text()
+    assert "Measured again in the TUI" in text and "re-measure" in text
+
+
+def test_a_saved_report_with_bad_reruns_is_refused(departure):
+    data = departure.to_json()
+    data["reruns"] = [{"node": "x"}]
+    with pytest.raises(ValueError, match="reruns entries"):
+        Findings.from_json(data)
+    data["reruns"], data["exit"] = [], "crashed"
+    with pytest.raises(ValueError, match="exit"):
+        Findings.from_json(data)
+
+
+ENDED = {"code": 1, "signal": None, "exception": {"type": "RuntimeError", "message": "boom", "where": "train.py:12"},
+         "steps": 3, "text": "the target exited with status 1 (RuntimeError: boom)"}
+
+
+def test_exit_is_emitted_only_when_set_and_shown_everywhere(departure):
+    from rich.console import Console
+
+    from fieldguide.report.findings import exit_text
+
+    departure.exit = dict(ENDED)
+    data = departure.to_json()
+    assert data["exit"] == ENDED and Findings.from_json(data).exit == ENDED
+    line = "The target ended: exit code 1 · RuntimeError: boom (train.py:12)"
+    assert departure.exit_line() == line
+    assert line in to_markdown(departure) and html_escape(line) in to_html(departure)
+    console = Console(record=True, width=120, color_system=None)
+    console.print(departure)
+    assert line in console.export_text()
+    assert exit_text({"code": None, "signal": "SIGKILL", "exception": None}) == "signal SIGKILL"
+    assert exit_text({"code": None, "signal": None, "exception": None, "text": "pid 9 exited"}) == "pid 9 exited"
+    departure.exit = None
+    assert "The target ended" not in to_markdown(departure)
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def test_one_vocabulary_in_every_view(departure):
+    from rich.console import Console
+
+    from fieldguide.report.vocabulary import GLYPH, STATUS_MARK, STATUSES, VERDICT_TEXT, WORD
+
+    assert set(STATUS_MARK) == set(STATUSES) == STATUSES_IN_CONTRACT
+    assert len(set(GLYPH.values())) == len(GLYPH)  # each state is told apart without colour
+    assert set(WORD) == set(GLYPH)
+    console = Console(record=True, width=160, color_system=None)
+    console.print(departure)
+    text = console.export_text()
+    for view in (to_markdown(departure), to_html(departure), text):
+        assert STATUS_MARK["depart"] in view and STATUS_MARK["pass"] in view
+    assert VERDICT_TEXT["departure"] in text and VERDICT_TEXT["departure"] in to_markdown(departure)
+
+
+STATUSES_IN_CONTRACT = {"pass", "depart", "skip", "error"}
+
+
+STEP = """Overlap the waits with more workers:
+```python
+loader = DataLoader(ds, num_workers=8,
+                    persistent_workers=True)
+
+x = 1
+```
+Then measure again with `fieldguide diagnose`."""
+
+
+def test_fix_steps_parse_into_prose_and_code():
+    from fieldguide.report.fixsteps import Block, parse_step
+
+    assert parse_step(STEP) == [
+        Block(("Overlap the waits with more workers:",)),
+        Block(("loader = DataLoader(ds, num_workers=8,", "                    persistent_workers=True)", "",
+               "x = 1"), code=True, lang="python"),
+        Block(("Then measure again with `fieldguide diagnose`.",)),
+    ]
+    assert parse_step("```\nunclosed\n") == [Block(("unclosed",), code=True)]
+
+
+def test_one_fix_step_renderer_for_markdown_html_and_the_tui_page():
+    from fieldguide.report.fixsteps import page_html, page_markdown, steps_html, steps_markdown
+
+    md = steps_markdown([STEP, "Second step."])
+    assert md == ["1. Overlap the waits with more workers:", "   ```python",
+                  "   loader = DataLoader(ds, num_workers=8,", "                       persistent_workers=True)", "",
+                  "   x = 1", "   ```", "   Then measure again with `fieldguide diagnose`.", "",
+                  "2. Second step.", ""]
+    page = steps_html([STEP])
+    assert page.startswith("<ol><li>Overlap the waits") and page.endswith("</li></ol>")
+    assert "<pre><code>loader = DataLoader(ds, num_workers=8,\n" in page
+    assert "<code>fieldguide diagnose</code>" in page
+    guide = page_markdown("Why.", [STEP], "Verify it.")
+    assert guide.split("\n")[0] == "## Why it costs" and "## Fix" in guide and guide.rstrip().endswith("Verify it.")
+    assert "\n".join(md[:8]) in guide
+    assert page_markdown("", ["a"], "").startswith("## Fix")  # an old report without `why`
+    assert "<h3>Verify</h3><p>run <code>x</code></p>" in page_html("w", ["a"], "run `x`")
+
+
+def test_markdown_fix_steps_are_the_shared_renderers(departure):
+    from fieldguide.report.fixsteps import steps_markdown
+
+    md = to_markdown(departure)
+    assert "\n".join(steps_markdown(departure.first_departure["fix"])) in md
+
+
+def test_findings_chain_and_top_stacks(departure):
+    assert [s["node"] for s in departure.chain()] == ["input.data-wait", "input.producer"]
+    departure.evidence["input.producer"]["top_worker_stacks"] = [{"share": 0.5, "category": "io", "stack": "read"}]
+    assert departure.top_stacks(["input.producer"]) == ("DataLoader workers",
+                                                        [{"share": 0.5, "category": "io", "stack": "read"}])
+    departure.evidence["input.producer"]["top_stacks"] = [{"share": 0.9, "category": "wait", "stack": "recv"}]
+    assert departure.top_stacks()[0] == "main thread"
+    assert departure.top_stacks(["env.debug-flags"]) == ("", [])

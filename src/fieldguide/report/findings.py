@@ -27,26 +27,25 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def target_exit(*, code: int | None = None, signal: str | None = None, exception: str | None = None,
-                message: str | None = None) -> dict[str, Any]:
-    """How a target that ended during the walk ended, as `Findings.exit` holds it: the exit code,
-    the signal that ended it (a name, e.g. "SIGKILL"), the exception type and its message.
-    Only what is known is kept."""
-    found = {"code": code, "signal": signal, "exception": exception, "message": message}
-    return {k: v for k, v in found.items() if v is not None and v != ""}
-
-
 def exit_text(ended: dict[str, Any]) -> str:
-    """`exit code 1 · RuntimeError: CUDA out of memory`: one line, whatever parts are known."""
+    """How the target ended, in one line: `exit code 1 · RuntimeError: boom (train.py:12)`.
+
+    `ended` is the report's `exit` (Target.ending): `code` (the exit status), `signal` (its
+    name), `exception` (the uncaught exception: a dict of type, message and where, or a string),
+    and `text` (the target's own sentence, used when none of those is known)."""
     parts = []
     if ended.get("code") is not None:
         parts.append(f"exit code {ended['code']}")
     if ended.get("signal"):
         parts.append(f"signal {ended['signal']}")
-    what = ": ".join(str(ended[k]) for k in ("exception", "message") if ended.get(k))
-    if what:
-        parts.append(what)
-    return " · ".join(parts) or "it exited"
+    exc = ended.get("exception")
+    if isinstance(exc, dict):
+        what = ": ".join(str(exc[k]) for k in ("type", "message") if exc.get(k))
+        if what:
+            parts.append(what + (f" ({exc['where']})" if exc.get("where") else ""))
+    elif exc:
+        parts.append(str(exc) + (f": {ended['message']}" if ended.get("message") else ""))
+    return " · ".join(parts) or str(ended.get("text") or "it exited")
 
 
 @dataclass
@@ -56,7 +55,7 @@ class Findings:
 
     `reruns`: what the user measured beyond the walk in the TUI (re-runs, jumps, re-measures),
     each a dict of node, action, status, measured, expected, note, probe, seconds and when.
-    `exit`: how a target that ended during the walk ended (see `target_exit`), or None.
+    `exit`: how a target that ended during the walk ended (see `exit_text`), or None.
     """
 
     playbook: str
