@@ -1,6 +1,8 @@
 # Quick start: `make demo` (the TUI on a bundled faulty workload) and `make test`.
 # Both create .venv on first use. An installed torch (your CUDA build) is reused when the
-# interpreter already has one; otherwise torch==2.13.0 is installed.
+# interpreter already has one; otherwise torch==2.13.0 is installed, before the project's extras,
+# so that pip never resolves a bare `torch` requirement itself (which could fetch a CUDA build).
+# fieldguide itself does not need torch: only the demo and the tests do (extras `demo`, `test`).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -12,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,demo]"
 	touch $(STAMP)
 
 # Exit status 1 means "departure found": what the demo is for, not a failure.
@@ -30,10 +32,12 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/mypy src/fieldguide --ignore-missing-imports
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py
 
 bench: $(STAMP)
+	$(PY) benchmarks/cli_startup.py
 	$(PY) benchmarks/overhead.py

@@ -1,10 +1,12 @@
-"""ruff and mypy are part of the tests, so CI keeps the code as typed and as clean as it is now."""
+"""ruff, mypy and the import-layer contracts are part of the tests, so CI keeps the code as typed,
+as clean and as layered as it is now."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +20,50 @@ def _tool(name: str) -> list[str]:
     return [sys.executable, "-m", name]
 
 
+def _lint_imports() -> list[str]:
+    beside = Path(sys.executable).with_name("lint-imports")
+    found = str(beside) if beside.exists() else shutil.which("lint-imports")
+    if found is None:
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    return [found, "--no-cache"]
+
+
 def test_ruff_is_clean() -> None:
     done = subprocess.run([*_tool("ruff"), "check", "src", "tests"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
 
 
 def test_mypy_is_clean_on_src() -> None:
-    done = subprocess.run([*_tool("mypy"), "src/fieldguide", "--ignore-missing-imports"], cwd=ROOT,
-                          capture_output=True, text=True)
+    # The configuration is pyproject.toml's [tool.mypy]: strict on the core, defaults elsewhere.
+    done = subprocess.run([*_tool("mypy")], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_import_layers_hold() -> None:
+    """pyproject.toml's [tool.importlinter] contracts: the core never imports Textual or the TUI,
+    the CLI never imports torch (directly or through anything it imports, function-level included)."""
+    done = subprocess.run(_lint_imports(), cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "broken" in done.stdout and " 0 broken" in done.stdout
+
+
+CANARY = """
+[tool.importlinter]
+root_packages = ["fieldguide"]
+include_external_packages = true
+
+[[tool.importlinter.contracts]]
+name = "canary: a workload imports torch"
+type = "forbidden"
+source_modules = ["fieldguide.workloads.healthy_mlp"]
+forbidden_modules = ["torch"]
+"""
+
+
+def test_import_linter_sees_third_party_imports(tmp_path: Path) -> None:
+    """The contracts could pass by seeing nothing: a contract that must break does break."""
+    config = tmp_path / "canary.toml"
+    config.write_text(CANARY)
+    done = subprocess.run([*_lint_imports(), "--config", str(config)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "fieldguide.workloads.healthy_mlp -> torch" in done.stdout

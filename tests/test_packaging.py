@@ -70,3 +70,31 @@ def test_wheel_ships_playbooks(tmp_path: Path) -> None:
     assert "fieldguide/_playbooks/slow-training.yaml" in names
     assert "fieldguide/_playbooks/causes.yaml" in names
     assert any(n.startswith("fieldguide/workloads/") and n.endswith(".py") for n in names)
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def test_torch_is_an_extra_not_a_dependency() -> None:
+    """fieldguide's process never imports torch (the agent runs in the job's interpreter)."""
+    project = _pyproject()["project"]
+    names = [dep.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
+             for dep in project["dependencies"]]
+    assert "torch" not in names
+    extras = project["optional-dependencies"]
+    assert any(dep.startswith("torch") for dep in extras["demo"])
+    assert any(dep.startswith("torch") for dep in extras["test"])  # the zoo's workloads need it
+    assert any(dep.startswith("import-linter") for dep in extras["test"])
+
+
+def test_makefile_installs_torch_before_the_extras() -> None:
+    """pip must never resolve a bare `torch` requirement itself (it could pick a CUDA build): the
+    venv recipe reuses an installed torch, else pins torch==2.13.0, before installing the extras."""
+    commands = [line.strip() for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("\t")]
+    torch_line = next(i for i, line in enumerate(commands) if "pip install -q torch==2.13.0" in line)
+    extras_line = next(i for i, line in enumerate(commands) if 'pip install -q -e ".[test,demo]"' in line)
+    assert torch_line < extras_line
+    assert '-c "import torch" 2>/dev/null || ' in commands[torch_line]
