@@ -5,8 +5,8 @@ usage: python benchmarks/overhead.py [--rounds 3]
 1. Walk time: `fieldguide diagnose` on a zoo workload, launch mode, including the target's start.
 2. Attach slowdown: one run of bench_target.py; steps/s in windows while nothing is attached
    versus windows while `fieldguide diagnose --pid` walks it, interleaved.
-3. Agent slowdown: bench_target.py launched plain versus with fieldguide's agent loaded
-   (LaunchTarget, no probes), alternated; median steps/s of each.
+3. Agent slowdown: bench_target.py plain and with fieldguide's agent loaded, side by side
+   (see agent_cost.py); agent_hooks.py gives the per-step cost of each hook in microseconds.
 """
 
 from __future__ import annotations
@@ -81,29 +81,17 @@ def attach_slowdown(rounds: int) -> None:
 
 
 def agent_slowdown(rounds: int) -> None:
-    from fieldguide.targets import LaunchTarget
+    """Plain and agent jobs side by side (benchmarks/agent_cost.py), `rounds` times."""
+    sys.path.insert(0, str(HERE))
+    from agent_cost import one_round
 
-    print("## agent slowdown (plain launch vs launch with the agent, alternated)")
-    plain, agent = [], []
-    env = dict(os.environ, BENCH_SECONDS="14")
-    for _ in range(rounds):
-        proc = subprocess.Popen([sys.executable, str(TARGET)], stdout=subprocess.PIPE, text=True, env=env)
-        rows: list[tuple[float, int]] = []
-        read_rates(proc, rows)
-        proc.wait()
-        plain.append(rate_between(rows, rows[0][0] + 3, rows[-1][0]))
-        lines: list[str] = []
-        target = LaunchTarget([sys.executable, str(TARGET)], echo=lines.append, env=env)
-        target.popen.wait()
-        target._reader.join(5)
-        rows = [(r["t"], r["steps"]) for r in map(json.loads, (ln for ln in lines if ln.startswith("{")))]
-        agent.append(rate_between(rows, rows[0][0] + 3, rows[-1][0]))
-        steps_seen = target.agent.primary().steps_total if target.agent.primary() else 0
-        target.close()
-    p, a = statistics.median(plain), statistics.median(agent)
-    print(f"steps/s plain {p:.1f} ({', '.join(f'{x:.1f}' for x in plain)})")
-    print(f"steps/s with agent {a:.1f} ({', '.join(f'{x:.1f}' for x in agent)}); agent saw {steps_seen} steps")
-    print(f"agent slowdown: {100 * (1 - a / p):+.1f}%")
+    print("## agent slowdown (plain and agent jobs side by side, same window)")
+    costs = []
+    for i in range(rounds):
+        plain, agent, _ = one_round(12.0, agent_first=bool(i % 2))
+        costs.append(1 - agent / plain)
+        print(f"round {i + 1}: plain {plain:.1f}, agent {agent:.1f} steps/s: {costs[-1]:+.1%}")
+    print(f"agent slowdown: median {statistics.median(costs):+.1%} (min {min(costs):+.1%}, max {max(costs):+.1%})")
 
 
 def main() -> None:
