@@ -39,7 +39,7 @@ class Host:
                     return seen
             try:
                 chunk = self.sock.recv(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             if not chunk:
                 break
