@@ -4,6 +4,7 @@ pump that collapses bursts, the input that keeps keys in order, export path chec
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import pytest
 from textual import events
@@ -13,11 +14,22 @@ from textual.widgets import Input
 from fieldguide.engine import NodeResult
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import find_playbook
+from fieldguide.probes import registry
+from fieldguide.probes.base import Probe, ProbeContext
 from fieldguide.probes.stats import median
 from fieldguide.tui.driver import EXPORT_SUFFIXES
-from fieldguide.tui.model import bar, measured_vs_expected, playbook_outline, sparkline
+from fieldguide.tui.model import (
+    bar,
+    declared,
+    measured_vs_expected,
+    playbook_outline,
+    reading_lines,
+    series_lines,
+    sparkline,
+)
 from fieldguide.tui.readings import ReadingPump
 from fieldguide.tui.widgets.inputs import OrderedInput
+from fieldguide.tui.widgets.live import LiveReadings
 
 
 def flatten(items, depth=0):
@@ -133,3 +145,88 @@ def test_short_command_keeps_the_program_and_the_script_names() -> None:
     assert short_command("/work/main/.venv/bin/python /work/main/src/fieldguide/workloads/loader_remote_reads.py "
                          "--lr 3e-4") == "python …/loader_remote_reads.py --lr 3e-4"
     assert short_command("python train.py") == "python train.py"
+
+
+# -- live readings drawn from what the probe declares -----------------------------------------------
+
+class DeclaringProbe(Probe):
+    """A probe no playbook uses: the TUI must draw it from its declarations alone."""
+
+    id = "test.declaring"
+    title = "declares its series"
+    values = {"queue_depth": "items", "hot": "fraction"}
+    series = {"latency_us": "us", "stall_us": "us", "temp_c": "C"}
+
+    def run(self, ctx: ProbeContext) -> Measurement:
+        return self.measurement()
+
+
+@pytest.fixture
+def declaring() -> Iterator[type[Probe]]:
+    """DeclaringProbe registered for this test only (the registry is process-wide)."""
+    registry.ids()  # the built-ins first: teardown removes only this one
+    registry.register(DeclaringProbe)
+    yield DeclaringProbe
+    registry._probes.pop(DeclaringProbe.id, None)  # no public unregister: probes live for a process
+
+
+def test_declared_comes_from_the_registry(declaring) -> None:
+    assert declared("test.declaring") == (DeclaringProbe.series, DeclaringProbe.values)
+    assert declared("no.such.probe") == ({}, {}) and declared(None) == ({}, {})
+
+
+def test_series_lines_pair_the_first_two_declared_on_one_scale(declaring) -> None:
+    found = {"temp_c": [40.0, 80.0], "stall_us": [5.0, 5.0], "latency_us": [10.0, 10.0], "extra": [1.0, 2.0]}
+    lines = series_lines(found, DeclaringProbe.series, 4)
+    assert [line.label for line in lines] == ["latency us", "stall us", "temp c", "extra"]  # declared order first
+    latency, stall, temp, extra = lines
+    assert latency.drawing == "██" and stall.drawing == "▅▅"  # one scale: stall is half of latency
+    assert latency.suffix == " 10 us median" and stall.suffix == " 5 us · 50% of latency"
+    assert temp.drawing == "▅█" and temp.suffix == " 80 C"  # its own scale, its last value
+    assert extra.suffix == " 2"  # undeclared: drawn, with no unit
+    assert series_lines({"latency_us": []}, DeclaringProbe.series, 4) == []
+
+
+def test_reading_lines_follow_probe_reading_shape(declaring) -> None:
+    reading = {"probe": "test.declaring", "elapsed": 3.0, "of": 6.0,
+               "series": {"stall_us": [1, 2], "latency_us": [2, 4]}, "values": {"queue_depth": 3, "hot": 0.5,
+                                                                                 "gone": None}}
+    lines, values = reading_lines(reading, 10)
+    assert [line.label for line in lines] == ["progress", "latency us", "stall us"]
+    assert lines[0].drawing == bar(0.5, 10) and lines[0].suffix == "  3.0/6 s"
+    assert values == "queue depth 3 items · hot 50%"
+    assert reading_lines({"probe": "test.declaring"}, 10) == ([], "")
+
+
+async def test_live_panel_draws_any_probe_it_is_given(declaring) -> None:
+    class LiveApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield LiveReadings(id="live")
+
+    app = LiveApp()
+    async with app.run_test(size=(90, 10)) as pilot:
+        live = app.query_one(LiveReadings)
+        live.update_readings({"test.declaring": {"probe": "test.declaring", "_seq": 1, "status": "sampling",
+                                                  "series": {"latency_us": [10, 12], "stall_us": [5, 6]},
+                                                  "values": {"queue_depth": 7}}})
+        live.update_meter(50.0, 120.0, 2, 300.0)
+        await pilot.pause()
+        text = str(live.render())
+        assert "probe test.declaring  sampling" in text
+        assert "latency us" in text and "stall us" in text and "· 50% of latency" in text
+        assert "queue depth 7 items" in text
+        assert "CPU main" in text and "120% of 2 proc" in text
+
+
+def test_the_tui_names_no_playbook_and_no_probe_value() -> None:
+    """The TUI draws what probes declare: no playbook's or probe's names in its code."""
+    import re
+    from pathlib import Path
+
+    import fieldguide.tui
+
+    root = Path(fieldguide.tui.__file__).parent
+    banned = re.compile(r"""["'](slow-training|step_ms|data_wait_ms|wait_ms|rss_mb|workers|producer|loop\.steps|"""
+                        r"""process\.cpu|stacks\.sample)["']""")
+    found = [f"{path.name}: {m.group(0)}" for path in root.rglob("*.py") for m in banned.finditer(path.read_text())]
+    assert found == []

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from fieldguide.engine import Walk
-from fieldguide.runner import ProbeRunner
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import Playbook
+from fieldguide.runner import ProbeRunner
 from fieldguide.session import Session
 from fieldguide.targets import Target
 from fieldguide.tui.driver import SessionFactory
