@@ -14,17 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from fieldguide.measurement import format_value
 from fieldguide.probes.stats import median
-from fieldguide.report.vocabulary import (  # noqa: F401  (re-exported: the TUI's names for the vocabulary)
-    DEPART,
-    ERROR,
-    GLYPH,
-    MEASURING,
-    PASS,
-    SKIP,
-    STATES,
-    STYLE,
-    WAITING,
-)
 
 if TYPE_CHECKING:
     from fieldguide.engine import NodeResult

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from textual import on
 from textual.app import ComposeResult
@@ -19,6 +19,7 @@ from fieldguide.tui.widgets.inputs import OrderedInput
 if TYPE_CHECKING:
     from textual.screen import Screen
 
+    from fieldguide.tui.app import FieldguideApp
     from fieldguide.tui.driver import WalkDriver
 
 DEFAULT_PATH = "./fieldguide-report.json"
@@ -95,14 +96,14 @@ class ConfirmOverwrite(ModalScreen[bool]):
 
 def start_export(screen: Screen[Any], driver: WalkDriver, on_written: Callable[[Path], None] | None = None) -> None:
     """Ask for a path, confirm an overwrite, then write in a thread worker and say where."""
-    app = screen.app
+    app = cast("FieldguideApp", screen.app)
     if driver.session is None:
         app.notify("Nothing to export yet: the target is still starting.", severity="warning")
         return
-    default = str(getattr(app, "export_default", DEFAULT_PATH))
+    default = app.export_default
 
     def write(path: Path) -> None:
-        app.export_default = str(path)  # type: ignore[attr-defined]  # offered again next time
+        app.export_default = str(path)  # offered again next time
 
         def work() -> None:
             try:
@@ -116,7 +117,7 @@ def start_export(screen: Screen[Any], driver: WalkDriver, on_written: Callable[[
         screen.run_worker(work, thread=True, group="export", exit_on_error=False)
 
     def done(written: Path, fmt: str, verdict: str) -> None:
-        app.last_export = written  # type: ignore[attr-defined]
+        app.last_export = written
         app.notify(f"Wrote {written}\n{FORMAT_NAMES[fmt]} report, verdict: {verdict}", title="Report exported",
                    timeout=8)
         if on_written is not None:

@@ -12,7 +12,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from fieldguide.tui.model import CAUSE_GLYPH, CAUSE_REACHED_GLYPH, GLYPH, LEAF_GLYPH, STYLE
+from fieldguide.report.vocabulary import GLYPH, STYLE
+from fieldguide.tui.model import CAUSE_GLYPH, CAUSE_REACHED_GLYPH, LEAF_GLYPH
 
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Everywhere", [("?", "this help"), ("q / ctrl+c", "quit (a launched job is ended, an attached one is left alone)"),

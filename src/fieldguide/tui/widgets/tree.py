@@ -11,14 +11,12 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from fieldguide.playbook import Playbook
+from fieldguide.report.vocabulary import GLYPH, STYLE, WAITING
 from fieldguide.tui.model import (
     CAUSE_GLYPH,
     CAUSE_REACHED_GLYPH,
-    GLYPH,
     LEAF_GLYPH,
     LEAF_REACHED_GLYPH,
-    STYLE,
-    WAITING,
     OutlineItem,
     playbook_outline,
 )
