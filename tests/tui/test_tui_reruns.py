@@ -102,5 +102,5 @@ async def test_the_demo_spec_carries_its_playbook() -> None:
     from fieldguide.tui.demo import demo_spec
 
     spec = demo_spec()
-    assert spec.demo and spec.playbook == "slow-training"  # the playbook that names the demo's cause
+    assert spec.demo and spec.playbook == "slow-training"  # the playbook the demo workload declares
     assert demo_spec("other").playbook == "other"
