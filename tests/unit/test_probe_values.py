@@ -51,7 +51,7 @@ ITERS = [
 
 def test_loop_values_over_the_window_without_warmup():
     assert LoopSteps.params["warmup_steps"] == 3
-    v = loop_values(STEPS, ITERS, window_start=11.5, window_end=18.5, steps_before=0)
+    v, _ = loop_values(STEPS, ITERS, window_start=11.5, window_end=18.5, steps_before=0)
     assert v["steps"] == 6
     assert v["boundary"] == "optimizer.step"
     assert v["step_ms_median"] == pytest.approx(100.0)
@@ -66,7 +66,7 @@ def test_loop_values_over_the_window_without_warmup():
 
 
 def test_loop_values_counts_steps_before_for_warmup():
-    v = loop_values(STEPS, [], window_start=11.5, window_end=18.5, steps_before=3)
+    v, _ = loop_values(STEPS, [], window_start=11.5, window_end=18.5, steps_before=3)
     assert v["steps"] == 7  # row 2 is no longer a warm-up step
     assert v["data_wait_fraction"] == pytest.approx((0.6 + 0.36) / 1.6)
     assert v["epoch_starts"] == 0 and v["first_batch_ms_median"] is None
@@ -75,7 +75,7 @@ def test_loop_values_counts_steps_before_for_warmup():
 
 def test_loop_values_wait_is_capped_at_the_step_and_boundary_from_the_last_row():
     steps = [[float(i), 0.1, 0.5 if i == 5 else 0.05, "b"] for i in range(3, 8)]
-    v = loop_values(steps, [], 0.0, 100.0, steps_before=10)
+    v, _ = loop_values(steps, [], 0.0, 100.0, steps_before=10)
     assert v["steps"] == 5
     assert v["boundary"] == "DataLoader batch"
     assert v["data_wait_fraction"] == pytest.approx((0.05 * 4 + 0.1) / 0.5)
@@ -84,13 +84,13 @@ def test_loop_values_wait_is_capped_at_the_step_and_boundary_from_the_last_row()
 def test_loop_values_startup_fraction_is_capped_at_one():
     steps = [[float(i), 0.1, 0.05, "o"] for i in range(10)]
     iters = [{"t_start": 5.0, "first_batch_s": 30.0}]
-    v = loop_values(steps, iters, 0.0, 100.0, steps_before=10)
+    v, _ = loop_values(steps, iters, 0.0, 100.0, steps_before=10)
     assert v["startup_wait_fraction"] == 1.0
     assert v["first_batch_ms_median"] == pytest.approx(30000.0)
 
 
 def test_loop_values_empty_window():
-    v = loop_values(STEPS, ITERS, window_start=100.0, window_end=200.0, steps_before=0)
+    v, _ = loop_values(STEPS, ITERS, window_start=100.0, window_end=200.0, steps_before=0)
     assert v["steps"] == 0
     assert v["boundary"] is None
     for name in ("step_ms_median", "step_ms_p90", "data_wait_ms_median", "data_wait_fraction", "steps_per_second",

@@ -11,37 +11,79 @@ from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.stats import median, quantile
 
-BOUNDARY_NAMES = {"o": "optimizer.step", "b": "DataLoader batch"}
+BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
+# The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.
+T_END, WALL, LOADER_WAIT, BOUNDARY, INPUT, INPUT_CPU, LOADER_CPU, BACKWARDS, CLOSURES, FORWARDS, SAVE = range(11)
+ROW_WIDTH = 11
+
+
+def _padded(row: list[Any]) -> list[Any]:
+    return list(row) + [None] * (ROW_WIDTH - len(row))
 
 
 def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_start: float,
-                window_end: float, steps_before: int, warmup_steps: int = 3) -> dict[str, Any]:
-    """Loop values over the steps that ended inside [window_start, window_end].
+                window_end: float, steps_before: int, warmup_steps: int = 3) -> tuple[dict[str, Any], dict[str, str]]:
+    """Loop values over the steps that ended inside [window_start, window_end], and why any is missing.
 
-    `steps` rows are [t_end, wall_s, data_wait_s, boundary]; `steps_before` is
-    how many steps the process had finished before the first row, so that its
-    first `warmup_steps` (allocations, lazy init) are left out.
+    `steps` rows are the agent's [t_end, wall_s, loader_wait_s, boundary, input_s, ...];
+    `steps_before` is how many steps the process had finished before the first row, so
+    that its first `warmup_steps` (allocations, lazy init) are left out.
+    Input: with a DataLoader, the wait inside its __next__; without one, the input phase
+    (from each backward or optimizer step to the next forward, torch.save time taken out).
     """
-    rows = [row for i, row in enumerate(steps)
-            if window_start <= row[0] <= window_end and steps_before + i >= warmup_steps]
-    walls = [r[1] for r in rows]
-    waits = [min(r[2], r[1]) for r in rows]
+    rows = [_padded(row) for i, row in enumerate(steps)
+            if window_start <= row[T_END] <= window_end and steps_before + i >= warmup_steps]
+    walls = [r[WALL] for r in rows]
     wall_total = sum(walls)
+    missing: dict[str, str] = {}
     starts = [it for it in iters if window_start - (walls[0] if walls else 0) <= it["t_start"] <= window_end]
     stall = sum(it["first_batch_s"] for it in starts)
-    return {
+    loader_rows = [r for r in rows if r[LOADER_WAIT]]
+    phased = [r for r in rows if r[INPUT] is not None]
+    input_from = None
+    producer_cpu = None
+    if loader_rows:
+        input_from = "DataLoader.__next__"
+        waits = [min(r[LOADER_WAIT], r[WALL]) for r in rows]
+        in_workers = any((it.get("num_workers") or 0) > 0 for it in iters)
+        loader_wait = sum(r[LOADER_WAIT] for r in loader_rows)
+        if in_workers:
+            missing["producer_cpu_fraction"] = "batches come from DataLoader worker processes: their CPU is outside " \
+                                               "the training thread"
+        elif loader_wait and all(r[LOADER_CPU] is not None for r in loader_rows):
+            producer_cpu = min(sum(r[LOADER_CPU] for r in loader_rows) / loader_wait, 1.0)
+    elif phased and len(phased) * 2 >= len(rows):
+        input_from = "the input phase (end of a step to the next forward)"
+        waits = [min(max(r[INPUT] - (r[SAVE] or 0.0), 0.0), r[WALL]) if r[INPUT] is not None else 0.0 for r in rows]
+        phase_total = sum(r[INPUT] for r in phased)
+        if phase_total:
+            producer_cpu = min(sum(r[INPUT_CPU] or 0.0 for r in phased) / phase_total, 1.0)
+    else:
+        waits = []
+        missing["data_wait_fraction"] = ("no DataLoader, and no forward seen after a step "
+                                         "(a model outside nn.Module?)") if rows else "no steps"
+    if producer_cpu is None and "producer_cpu_fraction" not in missing:
+        missing["producer_cpu_fraction"] = "too little input time to tell"
+    backwards = [r[BACKWARDS] for r in rows if r[BACKWARDS] is not None]
+    closures = [r[CLOSURES] for r in rows if r[CLOSURES] is not None]
+    values = {
         "steps": len(rows),
-        "boundary": BOUNDARY_NAMES.get(rows[-1][3], rows[-1][3]) if rows else None,
+        "boundary": BOUNDARY_NAMES.get(rows[-1][BOUNDARY], rows[-1][BOUNDARY]) if rows else None,
+        "input_from": input_from,
         "step_ms_median": _ms(median(walls)),
         "step_ms_p90": _ms(quantile(walls, 0.9)),
         "data_wait_ms_median": _ms(median(waits)),
         "data_wait_ms_p90": _ms(quantile(waits, 0.9)),
-        "data_wait_fraction": sum(waits) / wall_total if wall_total else None,
+        "data_wait_fraction": sum(waits) / wall_total if wall_total and waits else None,
+        "producer_cpu_fraction": round(producer_cpu, 3) if producer_cpu is not None else None,
         "steps_per_second": len(rows) / wall_total if wall_total else None,
+        "backwards_per_step": median(backwards),
+        "closures_per_step": median(closures),
         "epoch_starts": len(starts),
         "first_batch_ms_median": _ms(median([it["first_batch_s"] for it in starts])),
         "startup_wait_fraction": min(stall / wall_total, 1.0) if wall_total else None,
     }
+    return values, missing
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -49,8 +91,10 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def _series(rows: list[list[Any]], last: int) -> dict[str, list[float]]:
-    return {"step_ms": [round(r[1] * 1000, 2) for r in rows[-last:]],
-            "data_wait_ms": [round(r[2] * 1000, 2) for r in rows[-last:]]}
+    padded = [_padded(r) for r in rows[-last:]]
+    wait = [r[LOADER_WAIT] if r[LOADER_WAIT] or r[INPUT] is None else r[INPUT] for r in padded]
+    return {"step_ms": [round(r[WALL] * 1000, 2) for r in padded],
+            "data_wait_ms": [round(w * 1000, 2) for w in wait]}
 
 
 @register
@@ -61,9 +105,11 @@ class LoopSteps(AgentProbe):
     reads_history = True
     params = {"seconds": 6.0, "min_steps": 8, "warmup_steps": 3}
     values = {
-        "steps": "", "boundary": "", "step_ms_median": "ms", "step_ms_p90": "ms", "data_wait_ms_median": "ms",
-        "data_wait_ms_p90": "ms", "data_wait_fraction": "fraction", "steps_per_second": "1/s",
-        "epoch_starts": "", "first_batch_ms_median": "ms", "startup_wait_fraction": "fraction",
+        "steps": "", "boundary": "", "input_from": "", "step_ms_median": "ms", "step_ms_p90": "ms",
+        "data_wait_ms_median": "ms", "data_wait_ms_p90": "ms", "data_wait_fraction": "fraction",
+        "producer_cpu_fraction": "fraction", "steps_per_second": "1/s", "backwards_per_step": "",
+        "closures_per_step": "", "epoch_starts": "", "first_batch_ms_median": "ms",
+        "startup_wait_fraction": "fraction",
     }
     series = {"step_ms": "ms", "data_wait_ms": "ms"}
 
@@ -78,16 +124,20 @@ class LoopSteps(AgentProbe):
         if not ctx.target.alive():
             return self.from_history(ctx, conn, warmup_steps, failures, 0.0)
         started = time.monotonic()
-        seconds = min(seconds, ctx.budget_left)
-        # Wait the window out, and longer (up to 3x) if steps are slow, so medians rest on enough steps.
-        deadline_hard = started + max(seconds * 3, seconds + 1)
+        # The window scales with the step time seen so far (a 2 s/step job needs more than 6 s
+        # for min_steps), up to what the budget leaves.
+        recent = [r[WALL] for r in list(conn.steps)[-min_steps:]]
+        typical = median(recent) or 0.0
+        seconds = min(max(seconds, typical * min_steps * 1.2), ctx.budget_left)
+        # Steps slower than they looked: wait on for min_steps, up to 3x, within the budget.
+        deadline_hard = started + min(max(seconds * 3, seconds + 1), ctx.budget_left)
         while True:
             now = time.monotonic()
-            in_window = [r for r in list(conn.steps) if r[0] >= started]
+            in_window = [r for r in list(conn.steps) if r[T_END] >= started]
             self.reading(ctx, elapsed=now - started, of=seconds, series=_series(in_window, 120))
             if now - started >= seconds and (len(in_window) >= min_steps or now >= deadline_hard):
                 break
-            if now - started >= ctx.budget_left or not ctx.sleep(0.25):
+            if not ctx.sleep(0.25):
                 break
         if ctx.cancelled.is_set():
             return self.cannot("cancelled", seconds=time.monotonic() - started)
@@ -96,35 +146,37 @@ class LoopSteps(AgentProbe):
         end = time.monotonic()
         steps = list(conn.steps)
         steps_before = conn.steps_total - len(steps)
-        values = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps)
+        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps)
         elapsed = end - started
-        provenance = self._provenance(f"{elapsed:.1f} s window", failures)
+        provenance = self._provenance(values, f"{elapsed:.1f} s window", failures)
         if values["steps"] < 2:
             return self.cannot(f"only {values['steps']} training steps in {elapsed:.0f} s (no optimizer.step "
-                               "or DataLoader batches seen)", provenance=provenance, seconds=elapsed)
-        window = [r for r in steps if started <= r[0] <= end]
-        return self.measurement(values=values, evidence=self._evidence(window, conn.iters, started, end),
-                                provenance=provenance, seconds=elapsed)
+                               "or backward() seen)", provenance=provenance, seconds=elapsed)
+        window = [r for r in steps if started <= r[T_END] <= end]
+        return self.measurement(values=values, missing=missing, provenance=provenance, seconds=elapsed,
+                                evidence=self._evidence(window, conn.iters, started, end))
 
     def from_history(self, ctx: ProbeContext, conn: Any, warmup_steps: int, failures: list[str],
                      elapsed: float) -> Measurement:
         """The target ended: judge every step it recorded (warm-up too, if that is all there is)."""
         steps = list(conn.steps)
         steps_before = conn.steps_total - len(steps)
-        values = loop_values(steps, conn.iters, float("-inf"), float("inf"), steps_before, warmup_steps)
+        values, missing = loop_values(steps, conn.iters, float("-inf"), float("inf"), steps_before, warmup_steps)
         scope = f"all {values['steps']} steps after warm-up recorded before the target ended"
         if values["steps"] < 2:
-            values = loop_values(steps, conn.iters, float("-inf"), float("inf"), steps_before, 0)
+            values, missing = loop_values(steps, conn.iters, float("-inf"), float("inf"), steps_before, 0)
             scope = f"all {values['steps']} steps recorded before the target ended, warm-up included"
         if values["steps"] < 1:
             return self.cannot(f"{ctx.target.gone_reason()} before a training step could be timed",
                                seconds=elapsed, applicable=False)
-        return self.measurement(values=values, seconds=elapsed, provenance=self._provenance(scope, failures),
+        return self.measurement(values=values, missing=missing, seconds=elapsed,
+                                provenance=self._provenance(values, scope, failures),
                                 evidence=self._evidence(steps, conn.iters, float("-inf"), float("inf")))
 
     @staticmethod
-    def _provenance(scope: str, failures: list[str]) -> str:
-        text = f"agent hooks (optimizer step post-hook, DataLoader __next__/__iter__), {scope}"
+    def _provenance(values: dict[str, Any], scope: str, failures: list[str]) -> str:
+        text = (f"agent hooks: steps end at each {values.get('boundary') or 'step'}, input from "
+                f"{values.get('input_from') or 'nowhere seen'}; {scope}")
         return text + (f"; hooks that did not install: {'; '.join(failures)}" if failures else "")
 
     @staticmethod

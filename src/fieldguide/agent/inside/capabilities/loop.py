@@ -1,12 +1,22 @@
-"""Loop timing: where each training step ends, and how long it waited for its batch.
+"""Loop timing: where each training step ends, and what it spent getting its next input.
 
-Hooks (when torch is imported):
-- `register_optimizer_step_post_hook`: a step ends when the first optimizer that
-  ever stepped steps again (not patching Optimizer.step: subclasses override it);
-- `_BaseDataLoaderIter.__next__` (the only __next__) and `DataLoader.__iter__`:
-  time waiting for each batch, and each iterator's time to its first batch.
-Streams `steps` rows [t_end, wall_s, data_wait_s, boundary] and `iters` (one dict
-per DataLoader iterator, at its first batch).
+A step boundary comes from the first signal the job gives, in this order:
+- an optimizer step (`register_optimizer_step_post_hook`): a step ends when the first
+  optimizer that ever stepped steps again, so GANs' several optimizers count once;
+  LBFGS's `step(closure)` is one step, its closures counted inside it;
+- else the end of each `backward()` (a wrapper on `torch.autograd.backward`, which
+  `Tensor.backward` calls): hand-written updates.
+A DataLoader batch alone is no step: a process that only runs forwards is not training.
+
+The input phase runs from the end of each backward or optimizer step to the start of
+the next forward: the first forward pre-hook after it. A global pre-hook finds the
+outermost modules during the first steps, then per-module hooks on those replace it
+(a global hook puts every module call on torch's slow path). The training thread's
+own CPU time over the phase tells producing input (on-CPU) from waiting for it.
+`DataLoader.__next__` is timed as before (wait, and the main thread's CPU in it).
+
+Streams `steps` rows (see STEP_COLUMNS) and `iters` (one dict per DataLoader
+iterator, at its first batch); reports hook state in `signals`.
 """
 
 from __future__ import annotations
@@ -17,55 +27,172 @@ from typing import Any
 
 from ..capability import Capability
 
-BY_OPTIMIZER, BY_BATCH = "o", "b"
+BY_OPTIMIZER, BY_BACKWARD = "o", "k"
+STEP_COLUMNS = ("t_end", "wall_s", "loader_wait_s", "boundary", "input_s", "input_cpu_s", "loader_cpu_s",
+                "backwards", "closures", "forwards", "save_s")
+# Not judgements: how long the outermost modules are looked for, and how many forwards with
+# no backward at all make a process one that serves rather than trains.
+DISCOVERY_PHASES = 4
+SERVING_FORWARDS = 200
 
 
 class LoopTiming(Capability):
     name = "loop"
-    streams = ("steps", "iters")
+    streams = ("steps", "iters", "signals")
 
     def start(self) -> None:
         self.steps = self.agent.stream(self.name, "steps")
         self.iters = self.agent.stream(self.name, "iters")
+        self.signals = self.agent.stream(self.name, "signals")
         self.last_boundary: float | None = None
-        self.wait_acc = 0.0
+        self.kind: str | None = None  # the signal that defines steps
         self.primary_optimizer: int | None = None
+        self.in_optimizer_step = 0
+        # Per step, reset at each boundary.
+        self.loader_wait = self.loader_cpu = self.input_s = self.input_cpu = self.save_s = 0.0
+        self.backwards = self.closures = self.forwards = 0
+        # The input phase.
+        self.phase_t: float | None = None  # wall time the phase began, None outside one
+        self.phase_cpu = 0.0
+        self.phases_seen = 0
+        self.outer_modules: dict[int, Any] = {}
+        self.global_hook: Any = None
+        self.forwards_total = 0
 
     def hook_torch(self, torch: ModuleType) -> None:
-        try:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
+        for hook, install in (("optimizer step hooks", self.hook_optimizer), ("autograd.backward", self.wrap_backward),
+                              ("module forward pre-hook", self.hook_forward), ("torch.save", self.wrap_save),
+                              ("DataLoader __next__/__iter__", self.patch_dataloader)):
+            try:
+                install(torch)
+            except Exception as err:
+                self.agent.hook_failed(self.name, hook, err)
 
-            register_optimizer_step_post_hook(self.on_optimizer_step)
-        except Exception as err:
-            self.agent.hook_failed(self.name, "optimizer step post-hook", err)
-        try:
-            self.patch_dataloader()
-        except Exception as err:
-            self.agent.hook_failed(self.name, "DataLoader __next__/__iter__", err)
-
-    # -- on the training thread: as little as possible ----------------------------------
+    # -- step boundaries (training thread: as little as possible) -------------------------
     def boundary(self, kind: str) -> None:
-        agent = self.agent
-        if agent.disabled:
+        if self.agent.disabled:
             return
         now = time.monotonic()
+        if self.kind != kind:
+            if self.kind == BY_OPTIMIZER:
+                return  # an optimizer defines steps: backwards are not boundaries then
+            self.kind, self.last_boundary = kind, None  # a better signal: start over with it
+            self.signals.append({"boundary": kind, "t": now})
         if self.last_boundary is not None:
-            self.steps.append([round(now, 6), round(now - self.last_boundary, 6), round(self.wait_acc, 6), kind])
+            input_s = round(self.input_s, 6) if self.forwards else None
+            self.steps.append([round(now, 6), round(now - self.last_boundary, 6), round(self.loader_wait, 6), kind,
+                               input_s, round(self.input_cpu, 6), round(self.loader_cpu, 6), self.backwards,
+                               self.closures, self.forwards, round(self.save_s, 6)])
         self.last_boundary = now
-        self.wait_acc = 0.0
-        agent.boundary()
+        self.loader_wait = self.loader_cpu = self.input_s = self.input_cpu = self.save_s = 0.0
+        self.backwards = self.closures = self.forwards = 0
+        self.agent.boundary()
+
+    def begin_phase(self) -> None:
+        self.phase_t = time.monotonic()
+        self.phase_cpu = time.thread_time()
+
+    def on_forward(self, module: Any, args: Any) -> None:
+        """A forward pre-hook: the first after a phase began ends it."""
+        try:
+            if self.phase_t is None:
+                if self.global_hook is not None and not self.phases_seen:
+                    self.forwards_total += 1
+                    if self.forwards_total >= SERVING_FORWARDS:
+                        self.stop_discovery()  # forwards and never a backward: serving, not training
+                return
+            self.input_s += time.monotonic() - self.phase_t
+            self.input_cpu += time.thread_time() - self.phase_cpu
+            self.phase_t = None
+            self.forwards += 1
+            if self.global_hook is not None:
+                self.outer_modules.setdefault(id(module), module)
+                self.phases_seen += 1
+                if self.phases_seen >= DISCOVERY_PHASES:
+                    self.stop_discovery()
+        except Exception:
+            pass
+
+    def hook_forward(self, torch: ModuleType) -> None:
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        self.global_hook = register_module_forward_pre_hook(self.on_forward)
+
+    def stop_discovery(self) -> None:
+        """The outermost modules are known: hook them alone, and drop the global hook."""
+        handle, self.global_hook = self.global_hook, None
+        if handle is not None:
+            handle.remove()
+        for module in self.outer_modules.values():
+            module.register_forward_pre_hook(self.on_forward)
+        self.signals.append({"outer_modules": [type(m).__name__ for m in self.outer_modules.values()],
+                             "forwards_before_training": self.forwards_total if not self.phases_seen else 0})
+
+    def on_backward_end(self) -> None:
+        self.backwards += 1
+        if self.in_optimizer_step:
+            self.closures += 1
+            return
+        self.begin_phase()
+        if self.kind != BY_OPTIMIZER:
+            self.boundary(BY_BACKWARD)
+
+    def wrap_backward(self, torch: ModuleType) -> None:
+        base = torch.autograd.backward
+        loop = self
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return base(*args, **kwargs)
+            finally:
+                try:
+                    loop.on_backward_end()
+                except Exception:
+                    pass
+
+        backward.__wrapped__ = base  # type: ignore[attr-defined]
+        torch.autograd.backward = backward
+
+    def wrap_save(self, torch: ModuleType) -> None:
+        """Time inside torch.save is a checkpoint, not input: kept apart from the input phase."""
+        base = torch.save
+        loop = self
+
+        def save(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.monotonic()
+            try:
+                return base(*args, **kwargs)
+            finally:
+                loop.save_s += time.monotonic() - t0
+
+        save.__wrapped__ = base  # type: ignore[attr-defined]
+        torch.save = save
+
+    def on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.in_optimizer_step += 1
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
+            self.in_optimizer_step = max(self.in_optimizer_step - 1, 0)
+            self.begin_phase()
             if self.primary_optimizer is None:
                 self.primary_optimizer = id(optimizer)
-                self.last_boundary = None  # switch from batch boundaries to optimizer steps
             if id(optimizer) == self.primary_optimizer:
                 self.boundary(BY_OPTIMIZER)
         except Exception:
             pass
 
-    def patch_dataloader(self) -> None:
+    def hook_optimizer(self, torch: ModuleType) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        register_optimizer_step_pre_hook(self.on_optimizer_pre)
+        register_optimizer_step_post_hook(self.on_optimizer_step)
+
+    # -- DataLoader ---------------------------------------------------------------------------
+    def patch_dataloader(self, torch: ModuleType) -> None:
         from torch.utils.data import dataloader
 
         loop = self
@@ -74,12 +201,14 @@ class LoopTiming(Capability):
 
         def __next__(it: Any) -> Any:
             t0 = time.monotonic()
+            c0 = time.thread_time()
             try:
                 return base_next(it)
             finally:
                 try:
                     t1 = time.monotonic()
-                    loop.wait_acc += t1 - t0
+                    loop.loader_wait += t1 - t0
+                    loop.loader_cpu += time.thread_time() - c0
                     if it._fieldguide_first:
                         it._fieldguide_first = False
                         loop.iters.append({
@@ -89,8 +218,6 @@ class LoopTiming(Capability):
                             "persistent_workers": it._fieldguide_persistent,
                             "iterator": type(it).__name__,
                         })
-                    if loop.primary_optimizer is None:
-                        loop.boundary(BY_BATCH)
                 except Exception:
                     pass
 
@@ -98,7 +225,7 @@ class LoopTiming(Capability):
             t0 = time.monotonic()
             it = base_iter(loader)
             try:
-                loop.wait_acc += time.monotonic() - t0
+                loop.loader_wait += time.monotonic() - t0
                 it._fieldguide_t0 = t0
                 it._fieldguide_first = True
                 it._fieldguide_workers = getattr(loader, "num_workers", 0)
