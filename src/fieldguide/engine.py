@@ -140,6 +140,9 @@ class Walk:
             edge = node.on_depart
         else:
             edge = node.on_error or node.on_pass
+            if edge.kind == "stop":
+                self._stop_inconclusive(f"{edge.target}: {result.note}")
+                return result
             if edge.kind != "node" and edge.kind != "leaf":
                 self._stop_inconclusive(f"{node.id} could not decide the cause: {result.note}")
                 return result

@@ -15,6 +15,7 @@ ATTACH = frozenset({"process"})
 def healthy_values() -> dict[str, dict[str, Any]]:
     """Per probe id, the values of a healthy training loop (each node of slow-training passes)."""
     return {
+        "training.activity": {"trains": True, "seen_by": "agent", "steps_seen": 50, "step_signal": "optimizer.step"},
         "torch.flags": {"anomaly_detection": False, "autograd_profiler": False, "sync_debug_mode": "default",
                         "sync_debug_on": False, "cuda_launch_blocking": False, "deterministic_algorithms": False,
                         "torch": "2.13.0", "cuda": None, "num_threads": 4, "debug_switches_on": 0,

@@ -25,7 +25,7 @@ from fieldguide.probes import register, registry
 from fieldguide.probes.base import Probe, ProbeContext
 from fieldguide.runner import ProbeRunner
 
-ALL_NODES = ["env.debug-flags", "input.worker-startup", "input.data-wait", "host.blocking-io", "host.overhead"]
+ALL_NODES = ["target.trains", "env.debug-flags", "input.worker-startup", "input.data-wait", "host.blocking-io", "host.overhead"]
 
 
 def statuses(walk: Walk) -> list[tuple[str, str]]:

@@ -149,6 +149,12 @@ def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
     line = data.line_of(key)
     if isinstance(raw, str) and raw.strip():
         return Edge(kind="node", target=raw.strip())
+    if isinstance(raw, LineDict) and set(raw) == {"stop"}:
+        # The walk ends inconclusive here, saying why: only where a node could not measure.
+        if key != "error" or not isinstance(raw["stop"], str) or not raw["stop"].strip():
+            raise PlaybookError(path, line, "{stop: WHY} ends a walk that could not measure: only an error edge "
+                                "may stop, and it must say why", node=node, field=key)
+        return Edge(kind="stop", target=raw["stop"].strip())
     if isinstance(raw, LineDict) and len(set(raw) & {"cause", "leaf"}) == 1:
         extra = set(raw) - {"cause", "leaf", "summary"}
         if extra:
@@ -166,7 +172,8 @@ def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
             except ValueError as err:
                 raise PlaybookError(path, line, str(err), node=node, field=f"{key}.summary") from None
         return Edge(kind=kind, target=target, summary=summary)
-    raise PlaybookError(path, line, "must be a node id, {cause: ID} or {leaf: ID}", node=node, field=key)
+    raise PlaybookError(path, line, "must be a node id, {cause: ID}, {leaf: ID} or (error only) {stop: WHY}",
+                        node=node, field=key)
 
 
 def _measure(raw: Any, data: LineDict, path: Path, node: str) -> tuple[MeasureOption, ...]:

@@ -14,7 +14,7 @@ from fieldguide.playbook.expect import Expectation
 class Edge:
     """Where a node leads: another node, a departure cause, or a healthy leaf."""
 
-    kind: str  # "node" | "cause" | "leaf"
+    kind: str  # "node" | "cause" | "leaf" | "stop" (error edges only: end inconclusive, target says why)
     target: str
     summary: str | None = None  # overrides the cause's summary template
 

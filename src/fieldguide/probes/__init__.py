@@ -21,6 +21,7 @@ BUILTIN_MODULES = (
     "fieldguide.probes.process",
     "fieldguide.probes.opprofile",
     "fieldguide.probes.gpu",
+    "fieldguide.probes.training",
 )
 
 P = TypeVar("P", bound=type[Probe])

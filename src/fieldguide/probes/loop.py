@@ -75,6 +75,7 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         "data_wait_ms_median": _ms(median(waits)),
         "data_wait_ms_p90": _ms(quantile(waits, 0.9)),
         "data_wait_fraction": sum(waits) / wall_total if wall_total and waits else None,
+        "producer": "the training thread" if producer_cpu is not None else None,
         "producer_cpu_fraction": round(producer_cpu, 3) if producer_cpu is not None else None,
         "steps_per_second": len(rows) / wall_total if wall_total else None,
         "backwards_per_step": median(backwards),
@@ -107,7 +108,7 @@ class LoopSteps(AgentProbe):
     values = {
         "steps": "", "boundary": "", "input_from": "", "step_ms_median": "ms", "step_ms_p90": "ms",
         "data_wait_ms_median": "ms", "data_wait_ms_p90": "ms", "data_wait_fraction": "fraction",
-        "producer_cpu_fraction": "fraction", "steps_per_second": "1/s", "backwards_per_step": "",
+        "producer": "", "producer_cpu_fraction": "fraction", "steps_per_second": "1/s", "backwards_per_step": "",
         "closures_per_step": "", "epoch_starts": "", "first_batch_ms_median": "ms",
         "startup_wait_fraction": "fraction",
     }

@@ -1,0 +1,107 @@
+"""Is the target training at all? Every walk asks first: a process that does not train gets no cause.
+
+Launch mode: the agent's steps (an optimizer step or the end of backward()). Attach mode:
+stack samples in backward or the optimizer (forward alone is a model being served). What
+was seen instead is the reason given, so an inconclusive walk still says something.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fieldguide.measurement import Measurement
+from fieldguide.probes import register
+from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
+
+STEP_SIGNALS = {"o": "optimizer.step", "k": "backward()"}
+
+
+@register
+class TrainingActivity(Probe):
+    id = "training.activity"
+    title = "Is the target training: steps from the agent, or backward and optimizer frames in its stacks"
+    needs = frozenset({NEEDS_PROCESS})
+    reads_history = True
+    params = {"wait": 10.0}
+    values = {"trains": "", "seen_by": "", "steps_seen": "", "step_signal": "", "training_samples": "",
+              "forward_samples": "", "samples": ""}
+
+    def run(self, ctx: ProbeContext, wait: float = 10.0) -> Measurement:
+        agent = ctx.target.agent
+        conn = agent.primary() if agent is not None else None
+        if conn is not None:
+            return self._from_agent(ctx, conn, wait)
+        if not ctx.target.alive():
+            return self.cannot(ctx.target.gone_reason(), applicable=False)
+        return self._from_stacks(ctx)
+
+    def _from_agent(self, ctx: ProbeContext, conn: Any, wait: float) -> Measurement:
+        started = time.monotonic()
+        deadline = started + min(wait, ctx.budget_left)
+        while conn.steps_total < 2 and time.monotonic() < deadline and ctx.target.alive():
+            self.reading(ctx, elapsed=time.monotonic() - started, of=wait, status="waiting for a training step")
+            if not ctx.sleep(0.25):
+                break
+        elapsed = time.monotonic() - started
+        signals = list(conn.stream("loop", "signals").items)
+        kinds = [s["boundary"] for s in signals if "boundary" in s]
+        served = next((s["forwards_before_training"] for s in signals if s.get("forwards_before_training")), 0)
+        values = {"trains": conn.steps_total >= 2, "seen_by": "agent", "steps_seen": conn.steps_total,
+                  "step_signal": STEP_SIGNALS.get(kinds[-1], kinds[-1]) if kinds else None}
+        provenance = "agent: optimizer step hooks and the end of backward()"
+        if values["trains"]:
+            return self.measurement(values=values, provenance=provenance, seconds=elapsed)
+        seen = []
+        if not conn.torch:
+            seen.append("it has not imported torch")
+        if served:
+            seen.append(f"{served} forward passes and no backward")
+        if conn.steps_total:
+            seen.append(f"only {conn.steps_total} step")
+        where = self._main_thread_now(ctx)
+        if where:
+            seen.append(f"the main thread is in {where}")
+        return self.cannot(f"not training: no optimizer step or backward() in {elapsed:.0f} s"
+                           + (f" ({'; '.join(seen)})" if seen else ""), provenance=provenance, seconds=elapsed)
+
+    def _main_thread_now(self, ctx: ProbeContext) -> str | None:
+        if ctx.measure is None or not ctx.target.alive():
+            return None
+        stacks = ctx.measure("stacks.sample", {})
+        top = stacks.evidence.get("top_stacks") or [] if stacks.ok else []
+        return str(top[0]["stack"]).split(" ← ")[0] if top else None
+
+    def _from_stacks(self, ctx: ProbeContext) -> Measurement:
+        assert ctx.measure is not None
+        started = time.monotonic()
+        windows = [ctx.measure("stacks.sample", {})]
+        if windows[0].ok and self._counts(windows)[0] == 0 and self._counts(windows)[1] > 0:
+            # Forwards but no backward yet: a loop mostly waiting shows backward in few samples.
+            # One more window before calling it a model being served.
+            windows.append(ctx.measure("stacks.sample", {"seconds": 8.0}))
+        usable = [w for w in windows if w.ok]
+        if not usable:
+            return self.cannot(f"stack samples needed: {windows[0].unavailable}", seconds=time.monotonic() - started)
+        training, forward, samples = self._counts(usable)
+        values = {"trains": training > 0, "seen_by": "stack samples", "training_samples": training,
+                  "forward_samples": forward, "samples": samples}
+        seconds = sum(w.seconds for w in usable)
+        provenance = "py-spy: main-thread samples in backward or the optimizer"
+        if training:
+            return self.measurement(values=values, provenance=provenance, seconds=time.monotonic() - started)
+        top = usable[-1].evidence.get("top_stacks") or []
+        where = f"; the main thread is mostly in {top[0]['stack'].split(' ← ')[0]}" if top else ""
+        what = "forward only: a model being served, not trained" if forward else "no forward or backward"
+        return self.cannot(f"not training: {what} in {samples} samples over {seconds:.0f} s{where}",
+                           provenance=provenance, seconds=time.monotonic() - started)
+
+    @staticmethod
+    def _counts(windows: list[Measurement]) -> tuple[int, int, int]:
+        training = forward = samples = 0
+        for w in windows:
+            n = w.values.get("samples") or 0
+            samples += n
+            training += round(((w.values.get("backward_fraction") or 0) + (w.values.get("optimizer_fraction") or 0)) * n)
+            forward += round((w.values.get("forward_fraction") or 0) * n)
+        return training, forward, samples
