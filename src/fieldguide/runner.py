@@ -41,7 +41,6 @@ class ProbeRunner:
         self._running: list[tuple[str, str]] = []  # keys being measured, outermost first
         self._used: dict[tuple[str, str], set[tuple[str, str]]] = {}  # key -> keys it measured through us
         self._inflight: dict[tuple[str, str], _Flight] = {}
-        self._unclaimed: set[tuple[str, str]] = set()  # prefetched, not yet used by any node
         self._prefetch_stop = threading.Event()
         self._prefetch_threads: list[threading.Thread] = []
         self._on_reading = on_reading or (lambda r: None)
@@ -57,12 +56,11 @@ class ProbeRunner:
         what it measured through us (torch.flags.outside's stack window, say)."""
         with self._lock:
             if probe_id is None:
-                self.cache, self._used, self._unclaimed = {}, {}, set()
+                self.cache, self._used = {}, {}
                 return
             drop = {k for k in self.cache if k[0] == probe_id}
             drop |= {used for k in drop for used in self._used.get(k, ())}
             self.cache = {k: v for k, v in self.cache.items() if k not in drop}
-            self._unclaimed -= drop
 
     @staticmethod
     def _key(probe_id: str, params: dict[str, Any]) -> tuple[Any, dict[str, Any], tuple[str, str]]:
@@ -87,18 +85,14 @@ class ProbeRunner:
             thread.start()
 
     def _run_prefetch(self, probe_cls: Any, merged: dict[str, Any], key: tuple[str, str], flight: _Flight) -> None:
+        """On its own thread, taking no lock: the node that asks adopts the result (a walk
+        thread may hold the runner's lock while it waits for this one)."""
         context = ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
                                cancelled=self._prefetch_stop, measure=None)
         try:
-            measurement = probe_cls().run(context, **merged)
+            flight.result = probe_cls().run(context, **merged)
         except Exception as err:
-            measurement = Measurement.cannot(key[0], f"probe failed: {type(err).__name__}: {err}")
-        with self._lock:
-            flight.result = measurement
-            self._inflight.pop(key, None)
-            if measurement.ok and not self._prefetch_stop.is_set():
-                self.cache[key] = measurement
-                self._unclaimed.add(key)
+            flight.result = Measurement.cannot(key[0], f"probe failed: {type(err).__name__}: {err}")
         flight.done.set()
 
     def stop_prefetch(self, wait: float = 10.0) -> None:
@@ -128,12 +122,17 @@ class ProbeRunner:
             waited = self._await_flight(probe_id, key, flight)
             if waited is not None and not waited.ok:
                 return waited  # cancelled
+            with self._lock:
+                self._inflight.pop(key, None)
+                if waited is not None:
+                    # Measured in the background for this node: not a reuse.
+                    self.cache[key] = waited
+                    if self._running:
+                        self._used.setdefault(self._running[-1], set()).add(key)
+                    return waited
         with self._lock:
             if self._running:
                 self._used.setdefault(self._running[-1], set()).add(key)
-            if key in self._unclaimed:
-                self._unclaimed.discard(key)
-                return self.cache[key]  # measured in the background for this node: not a reuse
             if key in self.cache:
                 # Reused: this node spent no time measuring.
                 return dataclasses.replace(self.cache[key], seconds=0.0, reused=True)

@@ -158,3 +158,41 @@ def test_prefetch_must_name_a_probe_the_playbook_measures(tmp_path: Any) -> None
     (tmp_path / "bad.yaml").write_text(text.replace("prefetch: [stacks.sample]", "prefetch: [gpu.devices]"))
     with pytest.raises(PlaybookError, match="prefetch.*measured by no node"):
         load_playbook(tmp_path / "bad.yaml")
+
+
+def test_a_probe_measuring_a_prefetched_window_through_the_runner_does_not_deadlock(temp_probes: Any) -> None:
+    # The outer probe runs under the runner's lock and waits for the window's thread, which
+    # must not need that lock to finish (the attach walk's first node hung on exactly this).
+    import threading
+
+    from fieldguide.probes.base import Probe, ProbeContext
+
+    class SlowWindow(Probe):
+        id = "test.walk.slowwindow"
+        title = "a prefetched window"
+        values = {"n": ""}
+
+        def run(self, ctx: ProbeContext) -> Measurement:
+            ctx.cancelled.wait(0.3)
+            return self.measurement(values={"n": 1})
+
+    class Outer(Probe):
+        id = "test.walk.outer"
+        title = "measures the window through the runner"
+        values = {"inner": ""}
+
+        def run(self, ctx: ProbeContext) -> Measurement:
+            assert ctx.measure is not None
+            return self.measurement(values={"inner": ctx.measure("test.walk.slowwindow", {}).values.get("n")})
+
+    temp_probes(SlowWindow)
+    temp_probes(Outer)
+    runner = ProbeRunner(Alive(), budget=100.0)
+    window = MeasureOption(probe="test.walk.slowwindow", params={}, expect=parse_expectation({"n": {"below": 5}}))
+    runner.prefetch((window,), {"process"})
+    result: list[Measurement] = []
+    worker = threading.Thread(target=lambda: result.append(runner.measure_probe("test.walk.outer", {})), daemon=True)
+    worker.start()
+    worker.join(timeout=5)
+    assert not worker.is_alive(), "deadlocked"
+    assert result[0].values == {"inner": 1}
