@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import collections
+import os
+import re
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fieldguide.measurement import Measurement
@@ -11,8 +17,10 @@ from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.stats import median, quantile
 
+_LIBRARY = re.compile(r"(?:^|/)(?:torch|site-packages|dist-packages)/|/lib/python3[.\d]*/|^<")
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
 # The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.
+INPUT_SAMPLE_HZ = 50  # the agent's input-phase stack sampling; each sample costs the job ~30 us
 T_END, WALL, LOADER_WAIT, BOUNDARY, INPUT, INPUT_CPU, LOADER_CPU, BACKWARDS, CLOSURES, FORWARDS, SAVE = range(11)
 ROW_WIDTH = 11
 
@@ -21,8 +29,48 @@ def _padded(row: list[Any]) -> list[Any]:
     return list(row) + [None] * (ROW_WIDTH - len(row))
 
 
+@dataclass
+class InputView:
+    """What the training thread did in its input phases, from the agent's stack samples."""
+
+    samples: int = 0
+    io_share: float | None = None  # share in file/network I/O or serialization: writes after the step
+    frame: str | None = None  # the user's function that spends the rest: "get_batch (train.py:116)"
+    categories: dict[str, int] = field(default_factory=dict)
+
+
+def _user_frame(stack: list[list[Any]]) -> str | None:
+    """The innermost frame of the job's own code (not torch's, not the standard library's)."""
+    for func, file, line in reversed(stack):
+        if not _LIBRARY.search(file):
+            return f"{func} ({os.path.basename(file)}:{line})"
+    return None
+
+
+def input_view(reply: dict[str, Any], source: Callable[[str, int], str], min_samples: int = 5) -> InputView:
+    """Classify the agent's input-phase samples with the stack classifier py-spy's samples use."""
+    from fieldguide.probes.stackclass import IO, classify_main
+
+    categories: collections.Counter[str] = collections.Counter()
+    frames: collections.Counter[str] = collections.Counter()
+    for stack, count in reply.get("stacks") or []:
+        pairs = [(str(func), str(file)) for func, file, _ in stack]
+        func, file, line = stack[-1]
+        category = classify_main(pairs, source(str(file), int(line)))
+        categories[category] += count
+        user = _user_frame(stack)
+        if category != IO and user:
+            frames[user] += count
+    total = sum(categories.values())
+    if total < min_samples:
+        return InputView(samples=total, categories=dict(categories))
+    return InputView(samples=total, io_share=categories[IO] / total,
+                     frame=frames.most_common(1)[0][0] if frames else None, categories=dict(categories))
+
+
 def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_start: float,
-                window_end: float, steps_before: int, warmup_steps: int = 3) -> tuple[dict[str, Any], dict[str, str]]:
+                window_end: float, steps_before: int, warmup_steps: int = 3,
+                view: InputView | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """Loop values over the steps that ended inside [window_start, window_end], and why any is missing.
 
     `steps` rows are the agent's [t_end, wall_s, loader_wait_s, boundary, input_s, ...];
@@ -53,8 +101,13 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         elif loader_wait and all(r[LOADER_CPU] is not None for r in loader_rows):
             producer_cpu = min(sum(r[LOADER_CPU] for r in loader_rows) / loader_wait, 1.0)
     elif phased and len(phased) * 2 >= len(rows):
-        input_from = "the input phase (end of a step to the next forward)"
-        waits = [min(max(r[INPUT] - (r[SAVE] or 0.0), 0.0), r[WALL]) if r[INPUT] is not None else 0.0 for r in rows]
+        # The phase from the end of a step to the next forward, less what its stack samples show
+        # was file/network I/O (a checkpoint or a log write after the step is not input).
+        not_io = 1.0 - (view.io_share if view is not None and view.io_share is not None else 0.0)
+        where = view.frame if view is not None and view.frame else None
+        input_from = f"{where}, between steps" if where else "the time between a step and the next forward"
+        waits = [min(max(r[INPUT] - (r[SAVE] or 0.0), 0.0) * not_io, r[WALL]) if r[INPUT] is not None else 0.0
+                 for r in rows]
         phase_total = sum(r[INPUT] for r in phased)
         if phase_total:
             producer_cpu = min(sum(r[INPUT_CPU] or 0.0 for r in phased) / phase_total, 1.0)
@@ -132,6 +185,7 @@ class LoopSteps(AgentProbe):
         seconds = min(max(seconds, typical * min_steps * 1.2), ctx.budget_left)
         # Steps slower than they looked: wait on for min_steps, up to 3x, within the budget.
         deadline_hard = started + min(max(seconds * 3, seconds + 1), ctx.budget_left)
+        sampled = self._sample_input_phase(ctx, conn, seconds)
         while True:
             now = time.monotonic()
             in_window = [r for r in list(conn.steps) if r[T_END] >= started]
@@ -145,17 +199,46 @@ class LoopSteps(AgentProbe):
         if not ctx.target.alive():  # it ended inside the window: judge what it left
             return self.from_history(ctx, conn, warmup_steps, failures, time.monotonic() - started)
         end = time.monotonic()
+        view = self._input_view(ctx, sampled)
         steps = list(conn.steps)
         steps_before = conn.steps_total - len(steps)
-        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps)
+        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view)
         elapsed = end - started
         provenance = self._provenance(values, f"{elapsed:.1f} s window", failures)
         if values["steps"] < 2:
             return self.cannot(f"only {values['steps']} training steps in {elapsed:.0f} s (no optimizer.step "
                                "or backward() seen)", provenance=provenance, seconds=elapsed)
         window = [r for r in steps if started <= r[T_END] <= end]
+        evidence = self._evidence(window, conn.iters, started, end)
+        if view is not None and view.samples:
+            evidence["input_phase"] = {"samples": view.samples, "categories": view.categories,
+                                       "io_share": view.io_share, "frame": view.frame}
         return self.measurement(values=values, missing=missing, provenance=provenance, seconds=elapsed,
-                                evidence=self._evidence(window, conn.iters, started, end))
+                                evidence=evidence)
+
+    def _sample_input_phase(self, ctx: ProbeContext, conn: Any, seconds: float) -> list[Any]:
+        """Ask the agent for input-phase stacks over the window, on a thread; the list gets the reply."""
+        box: list[Any] = []
+        if "input_stacks" not in (conn.capabilities.get(self.capability) or {}).get("requests", []):
+            return box
+        thread = threading.Thread(target=lambda: box.append(self.ask(
+            ctx, {"seconds": seconds, "rate": INPUT_SAMPLE_HZ}, timeout=seconds + 5, name="input_stacks")),
+            name="fieldguide-input-stacks", daemon=True)
+        thread.start()
+        box.append(thread)
+        return box
+
+    def _input_view(self, ctx: ProbeContext, sampled: list[Any]) -> InputView | None:
+        if not sampled:
+            return None
+        sampled[0].join(timeout=5)
+        reply = sampled[1] if len(sampled) > 1 else None
+        if reply is None or not reply.ok:
+            return None
+        from fieldguide.probes.stacks import SourceReader
+
+        reader = SourceReader(ctx.target.pid) if ctx.target.pid else None
+        return input_view(reply.result, reader.statement if reader else (lambda file, line: ""))
 
     def from_history(self, ctx: ProbeContext, conn: Any, warmup_steps: int, failures: list[str],
                      elapsed: float) -> Measurement:

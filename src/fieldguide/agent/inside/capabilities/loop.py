@@ -16,11 +16,17 @@ own CPU time over the phase tells producing input (on-CPU) from waiting for it.
 `DataLoader.__next__` is timed as before (wait, and the main thread's CPU in it).
 
 Streams `steps` rows (see STEP_COLUMNS) and `iters` (one dict per DataLoader
-iterator, at its first batch); reports hook state in `signals`.
+iterator, at its first batch); reports hook state in `signals`. Answers
+`input_stacks`: for a few seconds, samples the training thread's stack while it is in
+the input phase (`sys._current_frames`, from a thread of its own), so the phase's
+time can be told apart: producing input, or a checkpoint or log write after the step.
 """
 
 from __future__ import annotations
 
+import collections
+import sys
+import threading
 import time
 from types import ModuleType
 from typing import Any
@@ -36,9 +42,15 @@ DISCOVERY_PHASES = 4
 SERVING_FORWARDS = 200
 
 
+MAX_FRAMES = 40
+MAX_SAMPLE_SECONDS = 60.0
+MAX_SAMPLE_RATE = 100.0
+
+
 class LoopTiming(Capability):
     name = "loop"
     streams = ("steps", "iters", "signals")
+    requests = ("input_stacks",)
 
     def start(self) -> None:
         self.steps = self.agent.stream(self.name, "steps")
@@ -58,6 +70,8 @@ class LoopTiming(Capability):
         self.outer_modules: dict[int, Any] = {}
         self.global_hook: Any = None
         self.forwards_total = 0
+        self.train_thread: int | None = None
+        self.sampling = False
 
     def hook_torch(self, torch: ModuleType) -> None:
         for hook, install in (("optimizer step hooks", self.hook_optimizer), ("autograd.backward", self.wrap_backward),
@@ -84,6 +98,7 @@ class LoopTiming(Capability):
                                input_s, round(self.input_cpu, 6), round(self.loader_cpu, 6), self.backwards,
                                self.closures, self.forwards, round(self.save_s, 6)])
         self.last_boundary = now
+        self.train_thread = threading.get_ident()
         self.loader_wait = self.loader_cpu = self.input_s = self.input_cpu = self.save_s = 0.0
         self.backwards = self.closures = self.forwards = 0
         self.agent.boundary()
@@ -170,6 +185,10 @@ class LoopTiming(Capability):
 
     def on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.in_optimizer_step += 1
+        if self.backwards:
+            # From a backward to the update (clipping, unscaling) is no input; a step that
+            # begins before any backward (LBFGS: step(closure)) keeps its phase for the closure.
+            self.phase_t = None
 
     def on_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         try:
@@ -190,6 +209,44 @@ class LoopTiming(Capability):
 
         register_optimizer_step_pre_hook(self.on_optimizer_pre)
         register_optimizer_step_post_hook(self.on_optimizer_step)
+
+    # -- input-phase stacks (agent side) -------------------------------------------------------
+    def on_request(self, name: str, request_id: Any, params: dict[str, Any]) -> None:
+        if self.sampling:
+            self.agent.fail(request_id, "input stacks are already being sampled")
+            return
+        seconds = min(float(params.get("seconds", 6.0)), MAX_SAMPLE_SECONDS)
+        rate = min(float(params.get("rate", 50.0)), MAX_SAMPLE_RATE)
+        self.sampling = True
+        threading.Thread(target=self.sample_input, args=(request_id, seconds, rate),
+                         name="fieldguide-input-sampler", daemon=True).start()
+
+    def sample_input(self, request_id: Any, seconds: float, rate: float) -> None:
+        counts: collections.Counter[tuple[tuple[str, str, int], ...]] = collections.Counter()
+        ticks = 0
+        try:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end and not self.agent.disabled:
+                time.sleep(1.0 / rate)
+                ticks += 1
+                thread = self.train_thread
+                if self.phase_t is None or thread is None:
+                    continue
+                frame = sys._current_frames().get(thread)
+                frames = []
+                while frame is not None and len(frames) < MAX_FRAMES:
+                    code = frame.f_code
+                    frames.append((getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno))
+                    frame = frame.f_back
+                del frame
+                if self.phase_t is not None and frames:  # still in the phase after we looked
+                    counts[tuple(reversed(frames))] += 1
+            self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], n] for k, n in counts.most_common(200)],
+                                          "in_phase": sum(counts.values()), "ticks": ticks, "seconds": seconds})
+        except Exception as err:
+            self.agent.fail(request_id, f"input stacks failed: {type(err).__name__}: {err}")
+        finally:
+            self.sampling = False
 
     # -- DataLoader ---------------------------------------------------------------------------
     def patch_dataloader(self, torch: ModuleType) -> None:
