@@ -318,9 +318,11 @@ def test_stack_values_producer_cpu_fraction_is_capped_at_one():
 
 
 def test_stack_values_io_and_blocked_other():
-    all_text = "\n".join([main_line(SAVE, 30), main_line(["main (train.py:80)", "sleep (time.py:1)"], 20),
+    # The sleep is in the training loop itself (the frame that calls the model), not in a call
+    # the loop makes for its next batch: it is no data wait.
+    all_text = "\n".join([main_line(SAVE, 30), main_line(["sleep (time.py:1)"], 20),
                           main_line(FORWARD_STACK, 50)])
-    active_text = "\n".join([main_line(SAVE, 10), main_line(["main (train.py:80)", "sleep (time.py:1)"], 5),
+    active_text = "\n".join([main_line(SAVE, 10), main_line(["sleep (time.py:1)"], 5),
                              main_line(FORWARD_STACK, 50)])
     values = values_of(all_text, active_text)
     assert values["samples"] == 100
@@ -564,3 +566,26 @@ def test_source_reader_fills_main_thread_samples_from_parse_raw(tmp_path):
     assert s.leaf_source.strip() == "os.fsync(f.fileno())"
     values, _ = stack_values([s], [])
     assert values["io_fraction"] == 1.0
+
+
+GET_BATCH_SLEEPING = ["get_batch (train.py:20)"]  # py-spy shows the line; the sleep is a C call
+GET_BATCH_WORKING = ["get_batch (train.py:22)", "<listcomp> (train.py:22)"]
+BACKWARD_FROM_MODULE = ["Tensor.backward (torch/_tensor.py:581)", "backward (torch/autograd/__init__.py:347)"]
+
+
+def test_without_a_dataloader_the_loops_own_calls_for_a_batch_are_its_input():
+    # <module> is the loop: it calls the model and backward; get_batch is what it calls for data.
+    all_text = "\n".join([main_line(GET_BATCH_SLEEPING, 60), main_line(GET_BATCH_WORKING, 10),
+                          main_line(FORWARD_STACK, 20), main_line(BACKWARD_FROM_MODULE, 10)])
+    active_text = "\n".join([main_line(GET_BATCH_WORKING, 10), main_line(FORWARD_STACK, 20),
+                             main_line(BACKWARD_FROM_MODULE, 10)])
+    values = values_of(all_text, active_text)
+    assert values["data_wait_fraction"] == pytest.approx(0.7)
+    assert values["producer"] == "the training thread"
+    assert values["producer_cpu_fraction"] == pytest.approx(10 / 70)
+    assert values["input_from"] == "get_batch (train.py), between steps"
+
+
+def test_without_a_model_call_nothing_is_input():
+    values = values_of(main_line(GET_BATCH_SLEEPING, 50), "")
+    assert values["data_wait_fraction"] == 0.0 and values["producer"] is None

@@ -44,6 +44,7 @@ from fieldguide.probes.stackclass import (
     ThreadSample,
     summarize,
 )
+from fieldguide.probes.stepcycle import input_samples
 
 _PROCESS = re.compile(r'process (\d+):"')
 _THREAD = re.compile(r"thread \((\w+)\)(?:: (.*))?$")
@@ -201,6 +202,17 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
         where, produce_all, produce_active = "main process", in_main, summary.main_active.get(PRODUCE, 0)
     else:
         where, produce_all, produce_active = None, 0, 0
+    values["input_from"] = "DataLoader.__next__" if summary.main_all.get(DATA_WAIT, 0) + in_main else None
+    if not (summary.main_all.get(DATA_WAIT, 0) + in_main + in_workers):
+        # No DataLoader: the loop's own calls for its next batch (a generator, get_batch, a queue).
+        main_all = [x for x in all_samples if x.role == "main" and x.thread == "MainThread"]
+        main_active = [x for x in active_samples if x.role == "main" and x.thread == "MainThread"]
+        fetched = input_samples(main_all, main_active)
+        if fetched is not None and fetched.samples:
+            values["data_wait_fraction"] = fetched.waiting_or_working / fetched.samples
+            values["input_from"] = f"{fetched.call}, between steps" if fetched.call else None
+            if fetched.waiting_or_working >= MIN_PRODUCE_SAMPLES:
+                where, produce_all, produce_active = "the training thread", fetched.waiting_or_working, fetched.on_cpu
     values["producer"] = where
     values["producer_cpu_fraction"] = min(produce_active / produce_all, 1.0) if produce_all else None
     values["worker_producing_fraction"] = summary.worker_share(PRODUCE)
@@ -273,7 +285,7 @@ class StackSample(Probe):
     params = {"seconds": 6.0, "rate": 20}
     values = {
         "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction",
-        "startup_wait_fraction": "fraction", "workers_replaced": "", "producer": "",
+        "startup_wait_fraction": "fraction", "workers_replaced": "", "producer": "", "input_from": "",
         "producer_cpu_fraction": "fraction", "worker_producing_fraction": "fraction",
         "io_fraction": "fraction", "sleep_fraction": "fraction", "lock_wait_fraction": "fraction",
         "collective_fraction": "fraction", "device_sync_fraction": "fraction",

@@ -1,0 +1,88 @@
+"""The training step's cycle from stack samples alone (attach mode): which samples are input.
+
+Without a DataLoader there is no input frame to look for; the cycle is. The training
+loop is the user function that calls the model (forward) and backward; a sample in that
+loop that is inside another function of the job's own code, or a queue's get, while not
+in forward, backward, the optimizer, I/O or a device wait, is the loop fetching its next
+batch: a generator, a `get_batch`, a queue fed by a thread. On-CPU samples among them
+tell producing from waiting. Pure functions over classified samples.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import sys
+from dataclasses import dataclass
+
+from fieldguide.probes.stackclass import (
+    BACKWARD,
+    FORWARD,
+    LOCK_WAIT,
+    OTHER,
+    SLEEP,
+    Frame,
+    ThreadSample,
+)
+
+_LIBRARY = re.compile(r"(?:^|/)(?:torch|site-packages|dist-packages)/|/lib/python3[.\d]*/|^<")
+_QUEUES = ("queue.py", "multiprocessing/queues.py")
+# What fetching a batch can look like: waiting (sleep, a queue) or work in the job's own code.
+INPUT_CATEGORIES = (SLEEP, LOCK_WAIT, OTHER)
+
+
+def is_library(frame: Frame) -> bool:
+    """torch's, an installed package's or the standard library's (by path, or a bare stdlib name)."""
+    name = os.path.splitext(os.path.basename(frame[1]))[0]
+    return bool(_LIBRARY.search(frame[1])) or name in sys.stdlib_module_names
+
+
+def loop_frame(samples: list[ThreadSample]) -> Frame | None:
+    """The job's function that calls the model and backward: the user frame right above torch
+    in forward and backward samples, the most common one."""
+    seen: collections.Counter[Frame] = collections.Counter()
+    for s in samples:
+        if s.category not in (FORWARD, BACKWARD):
+            continue
+        for i, frame in enumerate(s.stack):
+            if "torch/" in frame[1] and i > 0 and not is_library(s.stack[i - 1]):
+                seen[s.stack[i - 1]] += s.count
+                break
+    return seen.most_common(1)[0][0] if seen else None
+
+
+def input_call(sample: ThreadSample, loop: Frame) -> str | None:
+    """The call the loop makes for its next batch in this sample ("get_batch (train.py:116)"), or None."""
+    if sample.category not in INPUT_CATEGORIES or loop not in sample.stack:
+        return None
+    i = len(sample.stack) - 1 - sample.stack[::-1].index(loop)
+    if i + 1 >= len(sample.stack):
+        return None  # in the loop's own line: its own work (a hand-written update, a print)
+    callee = sample.stack[i + 1]
+    if is_library(callee) and not any(q in callee[1] for q in _QUEUES):
+        return None
+    return f"{callee[0]} ({os.path.basename(callee[1])})"
+
+
+@dataclass
+class InputSamples:
+    samples: int  # main-thread samples in all
+    waiting_or_working: int  # samples fetching the next batch
+    on_cpu: int  # of those, on the CPU (from the on-CPU sampler)
+    call: str | None  # the call that spends most of them
+
+
+def input_samples(all_main: list[ThreadSample], active_main: list[ThreadSample]) -> InputSamples | None:
+    """Input samples of a loop with no DataLoader; None when no training loop is seen."""
+    loop = loop_frame(all_main)
+    if loop is None:
+        return None
+    calls: collections.Counter[str] = collections.Counter()
+    for s in all_main:
+        call = input_call(s, loop)
+        if call:
+            calls[call] += s.count
+    on_cpu = sum(s.count for s in active_main if input_call(s, loop))
+    return InputSamples(samples=sum(s.count for s in all_main), waiting_or_working=sum(calls.values()),
+                        on_cpu=on_cpu, call=calls.most_common(1)[0][0] if calls else None)
