@@ -105,9 +105,9 @@ def assert_names(err: PlaybookError, path: Path, line: int, node: str | None, fi
 def test_slow_training_loads_with_its_nodes(slow_training):
     pb = slow_training
     assert pb.id == "slow-training"
-    assert pb.start == "env.debug-flags"
-    assert set(pb.nodes) == {"env.debug-flags", "input.worker-startup", "input.data-wait", "input.producer",
-                             "host.blocking-io", "host.overhead"}
+    assert pb.start == "target.trains"
+    assert set(pb.nodes) == {"target.trains", "env.debug-flags", "input.worker-startup", "input.data-wait",
+                             "input.producer", "host.blocking-io", "host.overhead"}
     assert "device.compute_bound" in pb.leaves
     assert pb.source is not None and pb.source.name == "slow-training.yaml"
 
@@ -145,6 +145,13 @@ def test_cause_summaries_only_use_values_some_probe_measures(slow_training):
 
 def test_edges_of_the_real_playbook(slow_training):
     nodes = slow_training.nodes
+    trains = nodes["target.trains"]
+    assert [o.probe for o in trains.measure] == ["training.activity"]
+    assert trains.measure[0].expect.describe() == "trains == true"
+    assert (trains.on_pass.kind, trains.on_pass.target) == ("node", "env.debug-flags")
+    assert (trains.on_depart.kind, trains.on_depart.target) == ("node", "env.debug-flags")
+    assert (trains.on_error.kind, trains.on_error.target) == ("stop", "not a training job, so no cause")
+    assert [o.probe for o in nodes["input.producer"].measure] == ["loop.steps", "stacks.sample", "process.cpu"]
     assert nodes["env.debug-flags"].on_pass.target == "input.worker-startup"
     assert (nodes["env.debug-flags"].on_depart.kind, nodes["env.debug-flags"].on_depart.target) == \
         ("cause", "host.debug_mode")
@@ -332,6 +339,32 @@ def test_edge_with_unknown_field(tmp_path):
     text = mutate("{cause: input.waiting}", "{cause: input.waiting, colour: red}")
     err, path = load_error(tmp_path, text)
     assert_names(err, path, line_of(text, "colour: red"), "a", "depart")
+
+
+def test_an_error_edge_may_stop_the_walk_saying_why(tmp_path):
+    text = mutate("    pass: b\n", '    pass: b\n    error: {stop: "  no loop to time  "}\n')
+    pb = load_playbook(write(tmp_path, text))
+    assert (pb.nodes["a"].on_error.kind, pb.nodes["a"].on_error.target) == ("stop", "no loop to time")
+    assert pb.nodes["b"].on_error is None
+
+
+@pytest.mark.parametrize(("old", "new", "key"), [
+    ("    pass: b\n", '    pass: {stop: "no loop to time"}\n', "pass"),
+    ("    depart: {cause: input.waiting}\n", '    depart: {stop: "no loop to time"}\n', "depart"),
+])
+def test_only_an_error_edge_may_stop(tmp_path, old, new, key):
+    text = mutate(old, new)
+    err, path = load_error(tmp_path, text)
+    assert_names(err, path, line_of(text, f"{key}: {{stop"), "a", key)
+    assert "only an error edge may stop" in str(err)
+
+
+@pytest.mark.parametrize("why", ['""', '"   "', "[a, b]"])
+def test_a_stop_must_say_why(tmp_path, why):
+    text = mutate("    pass: b\n", f"    pass: b\n    error: {{stop: {why}}}\n")
+    err, path = load_error(tmp_path, text)
+    assert_names(err, path, line_of(text, "error: {stop"), "a", "error")
+    assert "it must say why" in str(err)
 
 
 def test_departure_cannot_lead_to_a_leaf(tmp_path):

@@ -113,11 +113,11 @@ def test_departure_json_has_every_contract_field(departure):
     assert dep["title"] == "The training loop waits for its next batch, and producing a batch is mostly waiting"
     assert dep["measured"] == {"data_wait_fraction": 0.8, "producer_cpu_fraction": 0.1}
     assert dep["expected"] == "data_wait_fraction < 0.1 ; producer_cpu_fraction < 0.5"
-    assert dep["summary"].startswith("80% of each step")
-    assert [s["node"] for s in data["path"]] == ["env.debug-flags", "input.worker-startup", "input.data-wait",
-                                                 "input.producer"]
-    assert [s["status"] for s in data["path"]] == ["pass", "pass", "depart", "pass"]
-    assert data["path"][2] == {"node": "input.data-wait", "status": "depart", "measured": {"data_wait_fraction": 0.8},
+    assert dep["summary"].startswith("80% of each step is spent waiting for the next batch (in DataLoader.__next__)")
+    assert [s["node"] for s in data["path"]] == ["target.trains", "env.debug-flags", "input.worker-startup",
+                                                 "input.data-wait", "input.producer"]
+    assert [s["status"] for s in data["path"]] == ["pass", "pass", "pass", "depart", "pass"]
+    assert data["path"][3] == {"node": "input.data-wait", "status": "depart", "measured": {"data_wait_fraction": 0.8},
                                "expected": "data_wait_fraction < 0.1", "probe": "loop.steps", "seconds": 0.25,
                                "note": ""}
     assert data["environment"]["python"] == "3.11.7" and data["environment"]["cuda"] is None
@@ -133,7 +133,9 @@ def test_clean_json(clean):
     assert data["first_departure"] is None
     assert data["conclusion"] == "device.compute_bound"
     assert data["conclusion_text"].startswith("Steps are spent computing")
-    assert [s["status"] for s in data["path"]] == ["pass"] * 5
+    assert [s["node"] for s in data["path"]] == ["target.trains", "env.debug-flags", "input.worker-startup",
+                                                 "input.data-wait", "host.blocking-io", "host.overhead"]
+    assert [s["status"] for s in data["path"]] == ["pass"] * 6
 
 
 def test_inconclusive_findings_carry_the_reason(walk_with, env):
@@ -144,14 +146,40 @@ def test_inconclusive_findings_carry_the_reason(walk_with, env):
     check_contract(data)
     assert data["verdict"] == "inconclusive"
     assert data["conclusion"] is None and data["first_departure"] is None
-    assert data["note"].startswith("could not measure env.debug-flags")
+    assert data["note"] == "not a training job, so no cause: training.activity: no agent"
+    assert [s["node"] for s in data["path"]] == ["target.trains"]
     assert all(s["status"] == "error" and s["note"] for s in data["path"])
+
+
+def test_inconclusive_findings_past_target_trains_carry_every_reason(walk_with, env):
+    base = {p: Measurement.cannot(p, "no agent") for p in healthy_values()}
+    base["training.activity"] = healthy_values()["training.activity"]
+    walk, _ = walk_with(base=base)
+    data = findings_from_walk(walk, TARGET, env).to_json()
+    check_contract(data)
+    assert data["verdict"] == "inconclusive"
+    assert data["conclusion"] is None and data["first_departure"] is None
+    assert data["note"].startswith("could not measure env.debug-flags")
+    assert data["path"][0]["node"] == "target.trains" and data["path"][0]["status"] == "pass"
+    assert all(s["status"] == "error" and s["note"] for s in data["path"][1:])
+
+
+def test_a_walk_that_does_not_train_reports_why_and_no_cause(walk_with, env):
+    why = "not training: forward only: a model being served, not trained in 300 samples over 6 s"
+    walk, _ = walk_with({"training.activity": Measurement.cannot("training.activity", why)})
+    data = findings_from_walk(walk, TARGET, env).to_json()
+    check_contract(data)
+    assert data["verdict"] == "inconclusive"
+    assert data["first_departure"] is None and data["conclusion"] is None
+    assert data["note"] == f"not a training job, so no cause: training.activity: {why}"
+    assert data["path"] == [{"node": "target.trains", "status": "error", "measured": {}, "expected": "trains == true",
+                             "probe": None, "seconds": 0.0, "note": f"training.activity: {why}"}]
 
 
 def test_a_given_note_comes_first_then_the_caveat(walk_with, env):
     walk, _ = walk_with(base={p: Measurement.cannot(p, "x") for p in healthy_values()})
     findings = findings_from_walk(walk, TARGET, env, note="interrupted by the user")
-    assert findings.note.startswith("interrupted by the user; could not measure env.debug-flags")
+    assert findings.note == "interrupted by the user; not a training job, so no cause: training.activity: x"
 
 
 def test_a_clean_attach_walk_says_what_it_did_not_measure(walk_with, env):
@@ -185,6 +213,7 @@ def test_markdown_has_cause_summary_and_fix_code(departure):
     assert "```python" in md and "num_workers=8" in md
     assert "| data_wait_fraction | 80% |" in md
     assert "| input.data-wait | ✗ depart | data_wait_fraction=80% | `data_wait_fraction < 0.1` | loop.steps |" in md
+    assert "| target.trains | ✓ pass | trains=yes | `trains == true` | training.activity |" in md
     assert "### Why it costs" in md and "### Fix" in md and "### Verify" in md
     assert "## Target output (last lines)" in md
 
