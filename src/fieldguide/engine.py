@@ -194,7 +194,8 @@ class Walk:
                 # The node that measured a value first speaks for it (the loop's own timing
                 # over a stack sampler's estimate of the same quantity).
                 for name, value in r.measurement.values.items():
-                    values.setdefault(name, value)
+                    if value is not None:  # a probe that could not tell does not speak for a value
+                        values.setdefault(name, value)
                 evidence[r.node] = r.measurement.evidence
         expected = " ; ".join(r.expected for r in self.path[start:] if r.expected)
         summary = render_template(edge.summary or cause.summary, values)

@@ -42,6 +42,7 @@ class ProbeRunner:
         self._used: dict[tuple[str, str], set[tuple[str, str]]] = {}  # key -> keys it measured through us
         self._inflight: dict[tuple[str, str], _Flight] = {}
         self._prefetch_stop = threading.Event()
+        self.refused_for_budget: list[str] = []  # probes not run because the budget was spent
         self._prefetch_threads: list[threading.Thread] = []
         self._on_reading = on_reading or (lambda r: None)
         self._context = lambda: ProbeContext(target=target, budget_left=max(self.budget - self.spent, 1.0),
@@ -139,6 +140,8 @@ class ProbeRunner:
             if probe_cls is None:
                 return Measurement.cannot(probe_id, f"unknown probe {probe_id}")
             if self.spent >= self.budget:
+                if probe_id not in self.refused_for_budget:
+                    self.refused_for_budget.append(probe_id)
                 return Measurement.cannot(probe_id, f"the measurement budget ({self.budget:.0f} s) is spent")
             if not self.target.alive() and not probe_cls.reads_history:
                 # Not a failure to measure: the target ended; what it left is judged by the

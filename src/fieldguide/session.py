@@ -6,6 +6,7 @@ Shared by the headless CLI and the TUI, so what is tested is what ships.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
 
 DEFAULT_BUDGET = 45.0  # seconds of measurement: a slow-training walk ends well inside a minute
 READY_TIMEOUT = 40.0  # how long a launched job may take to reach its first training steps
+READY_SHARE = 0.6  # of the budget, at most, spent waiting for them
 
 
 def open_target(pid: int | None = None, cmd: list[str] | None = None, *,
@@ -51,9 +53,15 @@ class Session:
         self.walk = Walk(self.playbook, self.target.capabilities, self.runner)
 
     def wait_ready(self) -> None:
-        if isinstance(self.target, LaunchTarget) and not self.target.wait_ready(timeout=READY_TIMEOUT):
-            if self.target.alive():
-                self.note = self.target.not_ready_reason(READY_TIMEOUT)
+        """A launched job: wait for its first steps, charged to the budget (which bounds the whole
+        walk), and at most READY_SHARE of it, so that the probes keep time to measure."""
+        if isinstance(self.target, LaunchTarget):
+            timeout = min(READY_TIMEOUT, self.budget * READY_SHARE)
+            started = time.monotonic()
+            ready = self.target.wait_ready(timeout=timeout)
+            self.runner.spent += time.monotonic() - started
+            if not ready and self.target.alive():
+                self.note = self.target.not_ready_reason(timeout)
         # Windows the playbook will need later start now, alongside the first nodes.
         self.runner.prefetch(self.playbook.prefetch, self.target.capabilities())
 
@@ -91,6 +99,10 @@ class Session:
             self.environment = environment_from({}, [])
         ending = self.target.ending()
         note = self.note
+        if self.runner.refused_for_budget:
+            said = (f"the {self.budget:.0f} s budget ran out before {', '.join(self.runner.refused_for_budget)} "
+                    f"could measure: try --budget {max(2 * self.budget, 60):.0f}")
+            note = f"{note}; {said}" if note else said
         if ending is not None:
             # A job that ended is evidence: the walk judged what it measured before the end.
             said = f"{ending['text']}; the walk judged what was measured before it ended"

@@ -304,6 +304,9 @@ class LaunchTarget(Target):
             conn = self.agent.primary()
             if conn is not None and conn.steps_total >= min_steps:
                 return True
+            if conn is not None and conn.steps_total == 0 and any(
+                    s.get("forwards_before_training") for s in conn.stream("loop", "signals").items):
+                return False  # forward after forward and never a backward: serving, not training
             if self.popen.poll() is not None:
                 self._reader.join(timeout=2)
                 conn = self._settled_connection()

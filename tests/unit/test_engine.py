@@ -151,8 +151,6 @@ def test_producer_cpu_from_the_loop_decides_first(walk_with):
     assert fake.calls == ["training.activity", "torch.flags", "loop.steps", "loop.steps", "loop.steps"]
 
 
-@pytest.mark.xfail(strict=True, reason="engine: the departure's values take None from the first node that has "
-                                       "the name (loop.steps), not the producer node's measured value")
 def test_producer_values_missing_from_the_loop_come_from_the_node_that_measured_them(walk_with):
     """With DataLoader workers the real loop.steps reports producer and producer_cpu_fraction as None
     (and says why); the stacks measure them, and the summary must say what they measured, not n/a."""

@@ -77,7 +77,8 @@ def playbook_outline(playbook: Playbook) -> list[OutlineItem]:
             shown.add(node_id)
             item = OutlineItem("node", node_id)
             items.append(item)
-            item.children = edge_items(node.on_depart.kind, node.on_depart.target)
+            if node.on_depart != node.on_pass:  # a depart that leads where pass does is no branch
+                item.children = edge_items(node.on_depart.kind, node.on_depart.target)
             nxt = node.on_pass
             node_id = None
             if nxt.kind == "node" and nxt.target not in shown:
