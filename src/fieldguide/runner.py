@@ -11,7 +11,7 @@ from typing import Any
 from fieldguide.measurement import Measurement
 from fieldguide.playbook.schema import MeasureOption
 from fieldguide.probes import registry
-from fieldguide.probes.base import ProbeContext
+from fieldguide.probes.base import Probe, ProbeContext
 
 
 class _Flight:
@@ -45,9 +45,10 @@ class ProbeRunner:
         self.refused_for_budget: list[str] = []  # probes not run because the budget was spent
         self._prefetch_threads: list[threading.Thread] = []
         self._on_reading = on_reading or (lambda r: None)
-        self._context = lambda: ProbeContext(target=target, budget_left=max(self.budget - self.spent, 1.0),
-                                             cancelled=self.cancelled, on_reading=on_reading or (lambda r: None),
-                                             measure=self.measure_probe)
+
+    def _context(self) -> ProbeContext:
+        return ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
+                            cancelled=self.cancelled, on_reading=self._on_reading, measure=self.measure_probe)
 
     def __call__(self, option: MeasureOption) -> Measurement:
         return self.measure_probe(option.probe, option.params)
@@ -64,7 +65,7 @@ class ProbeRunner:
             self.cache = {k: v for k, v in self.cache.items() if k not in drop}
 
     @staticmethod
-    def _key(probe_id: str, params: dict[str, Any]) -> tuple[Any, dict[str, Any], tuple[str, str]]:
+    def _key(probe_id: str, params: dict[str, Any]) -> tuple[type[Probe] | None, dict[str, Any], tuple[str, str]]:
         probe_cls = registry.get(probe_id)
         merged = {**(probe_cls.params if probe_cls else {}), **params}
         return probe_cls, merged, (probe_id, repr(sorted(merged.items())))

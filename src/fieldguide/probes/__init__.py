@@ -1,8 +1,8 @@
 """The probe registry, keyed by stable ids.
 
-Built-in probes register exactly as a third-party one would: a module listed in
-BUILTIN_MODULES (or an entry point in the `fieldguide.probes` group) whose
-classes use `@register`. Probe modules import nothing heavy at import time.
+Built-in probes register exactly as a third-party one would: a module in this
+package (or an entry point in the `fieldguide.probes` group) whose classes use
+`@register`. Probe modules import nothing heavy at import time.
 """
 
 from __future__ import annotations
@@ -13,16 +13,12 @@ from typing import TypeVar
 
 from fieldguide.probes.base import Probe
 
-BUILTIN_MODULES = (
-    "fieldguide.probes.env",
-    "fieldguide.probes.torchstate",
-    "fieldguide.probes.loop",
-    "fieldguide.probes.stacks",
-    "fieldguide.probes.process",
-    "fieldguide.probes.opprofile",
-    "fieldguide.probes.gpu",
-    "fieldguide.probes.training",
-)
+
+def builtin_modules() -> list[str]:
+    """Every module of this package: a new probe module is found by being here, no list to edit."""
+    import pkgutil
+
+    return [f"{__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)]
 
 P = TypeVar("P", bound=type[Probe])
 
@@ -42,7 +38,7 @@ class Registry:
         if self._loaded:
             return
         self._loaded = True
-        for name in BUILTIN_MODULES:
+        for name in builtin_modules():
             importlib.import_module(name)
         for ep in entry_points(group="fieldguide.probes"):
             ep.load()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import psutil
 
@@ -14,7 +15,7 @@ from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 SYNC_DEBUG_NAMES = {0: "default", 1: "warn", 2: "error"}
 
 
-def debug_values(state: dict) -> dict:
+def debug_values(state: dict[str, Any]) -> dict[str, Any]:
     sync = state.get("sync_debug_mode")
     values = {
         "anomaly_detection": state.get("anomaly_detection"),

@@ -97,7 +97,8 @@ class Findings:
             data["reruns"] = self.reruns
         if self.exit:
             data["exit"] = self.exit
-        return redact_tree(data)
+        redacted: dict[str, Any] = redact_tree(data)
+        return redacted
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Findings:

@@ -54,11 +54,10 @@ class Lifecycle(Capability):
 
         def thread_excepthook(args: Any) -> None:
             try:
-                if args.thread is not None and args.thread.name.startswith("fieldguide-"):
-                    return previous_thread_hook(args)  # ours: reported by the agent itself
-                self.events.append({"event": "exception", "thread": getattr(args.thread, "name", "?"),
-                                    "step_count": self.agent.step_count,
-                                    **describe_exception(args.exc_type, args.exc_value, args.exc_traceback)})
+                if args.thread is None or not args.thread.name.startswith("fieldguide-"):  # ours: reported apart
+                    self.events.append({"event": "exception", "thread": getattr(args.thread, "name", "?"),
+                                        "step_count": self.agent.step_count,
+                                        **describe_exception(args.exc_type, args.exc_value, args.exc_traceback)})
             except Exception:
                 pass
             previous_thread_hook(args)

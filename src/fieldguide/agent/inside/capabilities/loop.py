@@ -181,7 +181,7 @@ class LoopTiming(Capability):
                 loop.save_s += time.monotonic() - t0
 
         save.__wrapped__ = base  # type: ignore[attr-defined]
-        torch.save = save
+        torch.save = save  # type: ignore[attr-defined]
 
     def on_optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.in_optimizer_step += 1
@@ -233,7 +233,7 @@ class LoopTiming(Capability):
                 if self.phase_t is None or thread is None:
                     continue
                 frame = sys._current_frames().get(thread)
-                frames = []
+                frames: list[tuple[str, str, int]] = []
                 while frame is not None and len(frames) < MAX_FRAMES:
                     code = frame.f_code
                     frames.append((getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno))
@@ -283,10 +283,10 @@ class LoopTiming(Capability):
             it = base_iter(loader)
             try:
                 loop.loader_wait += time.monotonic() - t0
-                it._fieldguide_t0 = t0
-                it._fieldguide_first = True
-                it._fieldguide_workers = getattr(loader, "num_workers", 0)
-                it._fieldguide_persistent = bool(getattr(loader, "persistent_workers", False))
+                it._fieldguide_t0 = t0  # type: ignore[attr-defined]
+                it._fieldguide_first = True  # type: ignore[attr-defined]
+                it._fieldguide_workers = getattr(loader, "num_workers", 0)  # type: ignore[attr-defined]
+                it._fieldguide_persistent = bool(getattr(loader, "persistent_workers", False))  # type: ignore[attr-defined]
             except Exception:
                 pass
             return it
@@ -294,9 +294,9 @@ class LoopTiming(Capability):
         __next__.__wrapped__ = base_next  # type: ignore[attr-defined]
         __iter__.__wrapped__ = base_iter  # type: ignore[attr-defined]
         # An iterator made before the patch lacks our attributes: default them on the class.
-        dataloader._BaseDataLoaderIter._fieldguide_first = False
-        dataloader._BaseDataLoaderIter.__next__ = __next__
-        dataloader.DataLoader.__iter__ = __iter__
+        dataloader._BaseDataLoaderIter._fieldguide_first = False  # type: ignore[attr-defined]
+        dataloader._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign,assignment]
+        dataloader.DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
 
 
 CAPABILITY = LoopTiming

@@ -77,7 +77,7 @@ class OpProfile(Capability):
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 activities.append(ProfilerActivity.CUDA)
             profiler = profile(activities=activities)
-            profiler.__enter__()
+            profiler.__enter__()  # type: ignore[no-untyped-call]
         except Exception as err:
             self.agent.fail(request["id"], f"torch.profiler failed: {err!r}")
             self.agent.remove_step_listener(self)
