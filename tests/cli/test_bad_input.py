@@ -180,7 +180,7 @@ def test_ctrl_c_ends_the_launched_target_and_writes_a_partial_report(tmp_path: P
     # with the partial path that was measured.
     assert data["verdict"] == "inconclusive", data["path"]
     assert data["first_departure"] is None and data["conclusion"] is None
-    assert data["path"] and data["path"][0]["node"] == "env.debug-flags"
+    assert data["path"] and data["path"][0]["node"] == "target.trains"
     gone = psutil.wait_procs(children, timeout=10)[1]
     assert not gone, f"launched target still running: {gone}"
 
