@@ -266,8 +266,11 @@ class LaunchTarget(Target):
         except OSError as err:  # e.g. a socket path over 108 bytes under a long $TMPDIR
             raise TargetFailed(f"cannot open the agent channel in {self._dir}: {err.strerror or err}") from None
         boot = self._dir / "boot"
-        boot.mkdir()
-        write_bootstrap(boot)
+        try:
+            boot.mkdir()
+            write_bootstrap(boot)
+        except OSError as err:  # a full or read-only disk
+            raise TargetFailed(f"cannot write the agent's bootstrap in {boot}: {err.strerror or err}") from None
         child_env = dict(env if env is not None else os.environ)
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(boot), child_env.get("PYTHONPATH", "")) if p)
         child_env["FIELDGUIDE_AGENT_SOCKET"] = str(self.agent.path)

@@ -1,0 +1,72 @@
+"""A launch whose set-up fails leaves nothing behind: no socket, no thread, no private directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from fieldguide.errors import TargetFailed
+from fieldguide.targets import LaunchTarget
+
+
+def agent_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("fieldguide-agent")]
+
+
+def test_a_command_that_cannot_start_leaves_no_socket_thread_or_directory(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+
+    def refuse(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        raise PermissionError(13, "Permission denied")
+
+    before = set(agent_threads())
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    with pytest.raises(TargetFailed, match="cannot start"):
+        LaunchTarget([sys.executable, "-c", "pass"])
+    assert list(tmp_path.iterdir()) == []  # the private directory, with its socket, is gone
+    for thread in set(agent_threads()) - before:
+        thread.join(timeout=3)
+        assert not thread.is_alive(), f"{thread.name} still running"
+
+
+def test_a_bootstrap_that_cannot_be_written_closes_the_channel_and_removes_the_directory(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    import fieldguide.targets as targets
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+
+    def disk_full(directory: Path) -> Path:
+        raise OSError(28, "No space left on device")
+
+    before = set(agent_threads())
+    monkeypatch.setattr(targets, "write_bootstrap", disk_full)
+    with pytest.raises(TargetFailed, match="No space left on device"):
+        LaunchTarget([sys.executable, "-c", "pass"])
+    assert list(tmp_path.iterdir()) == []
+    for thread in set(agent_threads()) - before:
+        thread.join(timeout=3)
+        assert not thread.is_alive(), f"{thread.name} still running"
+
+
+def test_a_socket_path_too_long_is_a_one_line_failure_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    with pytest.raises(TargetFailed, match="cannot open the agent channel"):
+        LaunchTarget([sys.executable, "-c", "pass"])
+    assert list(deep.iterdir()) == []
