@@ -64,8 +64,22 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM / SIGHUP (a closed SSH or tmux pane) end a walk like Ctrl-C
+class _Interrupts:
+    """SIGTERM / SIGHUP (a closed SSH or tmux pane) end a walk like Ctrl-C. The first of any of
+    them interrupts; the ones after it wait: the launched job is being ended and the report
+    written, and cutting that short would leave the job running."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.count += 1
+        if self.count == 1:
+            raise KeyboardInterrupt
+        sys.stderr.write("fieldguide: ending the launched job and writing the report; a moment\n")
+
+
+_interrupt = _Interrupts()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,6 +236,9 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
         raise FieldguideError("--budget must be a positive number of seconds")
     if report is not None:
         check_writable(report)
+    import signal
+
+    signal.signal(signal.SIGINT, _interrupt)  # a second Ctrl-C must not cut ending the job short
     err = Console(stderr=True, highlight=False)
     echo = (lambda line: print(f"  | {line}", file=sys.stderr)) if show_output else None
     interrupted = False

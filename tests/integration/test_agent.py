@@ -81,3 +81,48 @@ def test_a_job_that_raises_in_its_third_step_is_judged_on_what_it_left(tmp_path:
     judged = {p["node"]: p["status"] for p in data["path"]}
     assert judged["env.debug-flags"] == "pass" and judged["input.data-wait"] == "pass"
     assert "ValueError: bad batch in step 3" in data["note"]
+
+
+STUBBORN = textwrap.dedent("""
+    import signal, time, torch
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only SIGTERM (after 3 s) or SIGKILL end it
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    while True:
+        loss = model(torch.randn(4, 8)).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        time.sleep(0.01)
+""")
+
+
+def test_a_second_sigterm_while_the_job_is_being_ended_does_not_cut_the_ending_short(tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    report = tmp_path / "r.json"
+    proc = subprocess.Popen([sys.executable, "-m", "fieldguide", "diagnose", "--playbook", "slow-training",
+                             "--report", str(report), "--", sys.executable, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, NO_COLOR="1"))
+    deadline = time.monotonic() + 40
+    job: list[psutil.Process] = []
+    while time.monotonic() < deadline and not job:
+        job = [c for c in psutil.Process(proc.pid).children(recursive=True) if "stubborn" in " ".join(c.cmdline())]
+        time.sleep(0.2)
+    assert job, "the job did not start"
+    time.sleep(4)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)  # fieldguide is now ending the job: SIGINT (ignored), then SIGTERM after 3 s
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=40)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert json.loads(report.read_text())["verdict"] == "inconclusive"
+    assert not psutil.wait_procs(job, timeout=5)[1], "the job was left running"
