@@ -50,7 +50,7 @@ class TorchFlags(AgentProbe):
         conn = self.connection(ctx)
         failures = self.hook_failures(ctx, conn)
         if ctx.target.alive():
-            reply = self.ask(ctx, timeout=timeout)
+            reply = self.ask(ctx, timeout=min(timeout, ctx.budget_left))
             if not reply.ok:
                 return self.cannot(reply.error, seconds=time.monotonic() - started)
             state = reply.result["state"]
