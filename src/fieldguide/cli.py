@@ -7,10 +7,13 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from fieldguide import __version__
 from fieldguide.errors import EXIT_BAD_INPUT, EXIT_FOR_VERDICT, EXIT_INTERRUPTED, FieldguideError
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=("md", "html", "json"), default="md")
     rep.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
 
-    explain = sub.add_parser("explain", help="print the field-guide page of a cause id")
-    explain.add_argument("cause")
+    explain = sub.add_parser("explain", help="print the field-guide page of a cause id, or what a healthy leaf means")
+    explain.add_argument("cause", metavar="ID", help="a cause id (input.cpu_bound) or a healthy leaf (device.compute_bound)")
     return parser
 
 
@@ -110,7 +113,7 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
         return _explain(args.cause)
     if args.command == "demo":
         command = demo_command()  # before anything starts: no torch is one line, not a traceback
-        if args.no_tui or not sys.stdout.isatty() or args.report or args.budget:
+        if args.no_tui or not on_terminal() or args.report or args.budget:
             return _diagnose_headless("slow-training", None, command, args.report, args.format,
                                       args.budget, show_output=False)
         return _tui(None, command, "slow-training", demo=True)
@@ -119,13 +122,41 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
             raise FieldguideError("diagnose needs exactly one target: --pid PID, -- CMD [ARGS...] or --local")
         # Asking for a report file, a budget or the job's output means a headless run (the TUI
         # exports from its own dialog).
-        headless = (args.no_tui or not sys.stdout.isatty() or args.report or args.budget or args.show_output
+        # So does a stdin or stdout that is not a terminal (the TUI draws on one and reads keys from the other).
+        headless = (args.no_tui or not on_terminal() or args.report or args.budget or args.show_output
                     or args.local)
         if headless:
             return _diagnose_headless(args.playbook, args.pid, cmd, args.report, args.format, args.budget,
                                       show_output=args.show_output)
         return _tui(args.pid, cmd, args.playbook)
+    if not on_terminal():  # the TUI would wait for keys that never come: say what to run instead
+        raise FieldguideError(tui_hint(args.pid, cmd))
     return _tui(args.pid, cmd, None)
+
+
+def _isatty(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)  # None where there is no console (pythonw, a daemon)
+    try:
+        return bool(isatty is not None and isatty())
+    except (ValueError, OSError):  # a closed stream
+        return False
+
+
+def on_terminal() -> bool:
+    """Whether the TUI can run here: it draws on stdout and reads keys from stdin, so both must be a terminal."""
+    return _isatty(sys.stdin) and _isatty(sys.stdout)
+
+
+def tui_hint(pid: int | None = None, cmd: list[str] | None = None) -> str:
+    """One line for a TUI asked for without a terminal: what to run instead."""
+    if pid is not None:
+        target = f"--pid {pid}"
+    elif cmd:
+        target = "-- CMD [ARGS...]"
+    else:
+        target = "(--pid PID | -- CMD [ARGS...])"
+    return (f"the TUI needs a terminal (stdin and stdout); use `fieldguide diagnose --playbook ID --no-tui {target}` "
+            "or `fieldguide playbooks`")
 
 
 DEMO_PYTHON_ENV = "FIELDGUIDE_DEMO_PYTHON"
@@ -206,19 +237,31 @@ def _render_saved(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explain(cause_id: str) -> int:
-    from fieldguide.playbook import load_causes, playbook_dirs
+def _explain(item_id: str) -> int:
+    """The field-guide page of a cause, or what a healthy leaf (a clean walk's conclusion) means."""
+    from fieldguide.playbook import list_playbooks, load_causes, playbook_dirs
 
     causes = load_causes(playbook_dirs()[-1])
-    cause = causes.get(cause_id)
-    if cause is None:
-        raise FieldguideError(f"unknown cause {cause_id!r}; known: {', '.join(sorted(causes))}")
+    cause = causes.get(item_id)
     from rich.console import Console
     from rich.markdown import Markdown
 
-    steps = "\n".join(f"{i}. {s}" for i, s in enumerate(cause.fix, 1))
-    Console().print(Markdown(f"# {cause.id}: {cause.title}\n\n## Why it costs\n\n{cause.why}\n\n"
-                             f"## Fix\n\n{steps}\n\n## Verify\n\n{cause.verify}\n"))
+    if cause is not None:
+        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(cause.fix, 1))
+        Console().print(Markdown(f"# {cause.id}: {cause.title}\n\n## Why it costs\n\n{cause.why}\n\n"
+                                 f"## Fix\n\n{steps}\n\n## Verify\n\n{cause.verify}\n"))
+        return 0
+    playbooks = list_playbooks([])  # a malformed playbook has no leaves to tell of (`playbooks` names it)
+    found = [(playbook, playbook.leaves[item_id]) for playbook in playbooks if item_id in playbook.leaves]
+    if not found:
+        leaves = sorted({leaf for playbook in playbooks for leaf in playbook.leaves})
+        raise FieldguideError(f"unknown cause or leaf {item_id!r}; causes: {', '.join(sorted(causes))}; "
+                              f"healthy leaves: {', '.join(leaves) or 'none'}")
+    pages = [f"# {item_id}: a healthy leaf\n"]
+    for playbook, text in found:
+        pages.append(f"## In the playbook {playbook.id} ({playbook.title})\n\n"
+                     f"A clean walk of {playbook.id} ends here: no cause was found.\n\n{text}\n")
+    Console().print(Markdown("\n".join(pages)))
     return 0
 
 
@@ -253,7 +296,7 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
             from fieldguide.engine import NodeResult
 
             assert isinstance(result, NodeResult)
-            err.print(f"  {result.node:<24} {result.status:<7} {result.seconds:5.1f} s  [dim]{result.note[:90]}[/]")
+            err.print(ProgressLine(result.node, result.status, result.seconds, result.note))
 
         try:
             findings = session.run(progress)
@@ -275,6 +318,36 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FOR_VERDICT[findings.verdict]
+
+
+class ProgressLine:
+    """One node's line on stderr during a headless walk. The whole note is shown: a long one
+    wraps, indented under the note's start, instead of being cut (its reason is often at the
+    end); on a console too narrow for that, it goes under the line, indented by four."""
+
+    NOTE_MIN = 24  # fewer columns than this beside the line: the note goes under it
+
+    def __init__(self, node: str, status: str, seconds: float, note: str):
+        self.head = f"  {node:<24} {status:<7} {seconds:5.1f} s  "
+        self.short_head = f"  {node} {status} {seconds:.1f} s"  # for a narrow console
+        self.note = note
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.padding import Padding
+        from rich.table import Table
+        from rich.text import Text
+
+        note = Text(self.note, style="dim", overflow="fold")  # words wrap; a longer word (a path) folds
+        if options.max_width - len(self.head) >= (self.NOTE_MIN if self.note else 0):
+            line = Table.grid()
+            line.add_column(no_wrap=True)
+            line.add_column(overflow="fold")
+            line.add_row(Text(self.head), note)
+            yield line
+        else:
+            yield Text(self.short_head, overflow="fold")
+            if self.note:
+                yield Padding(note, (0, 0, 0, 4))
 
 
 def check_writable(path: Path) -> None:

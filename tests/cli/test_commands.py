@@ -53,3 +53,17 @@ def test_report_renders_a_saved_json_report(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     proc = run_fieldguide("report", str(saved), "--format", "html", "--output", str(out))
     assert proc.returncode == 0 and "<h2>" in out.read_text()
+
+
+def test_explain_a_healthy_leaf_names_its_playbook() -> None:
+    proc = run_fieldguide("explain", "device.compute_bound")
+    assert proc.returncode == 0, proc.stderr
+    assert "device.compute_bound" in proc.stdout and "slow-training" in proc.stdout
+    assert "Steps are spent computing" in " ".join(proc.stdout.split())
+
+
+def test_explain_an_unknown_id_lists_causes_and_leaves() -> None:
+    from tests.cli.test_bad_input import assert_one_line_error
+
+    proc = run_fieldguide("explain", "input.nope")
+    assert_one_line_error(proc, 2, "'input.nope'", "input.cpu_bound", "device.compute_bound")

@@ -271,6 +271,30 @@ def test_rich_summary_renders_the_departure(departure):
     assert "input.waiting" in text and "80% of each step" in text and "input.data-wait" in text
 
 
+@pytest.mark.parametrize("verdict", ["inconclusive", "departure", "clean"])
+def test_the_rich_summary_keeps_the_whole_verdict_at_80_columns(walk_with, env, verdict):
+    from rich.console import Console
+
+    from fieldguide.report.vocabulary import verdict_text
+
+    if verdict == "inconclusive":
+        walk, _ = walk_with(base={p: Measurement.cannot(p, "no agent") for p in healthy_values()})
+    elif verdict == "departure":
+        walk, _ = walk_with({"loop.steps": {"data_wait_fraction": 0.8},
+                             "stacks.sample": {"producer_cpu_fraction": 0.1}})
+    else:
+        walk, _ = walk_with()
+    findings = findings_from_walk(walk, TARGET, env)
+    assert findings.verdict == verdict
+    console = Console(width=80, record=True, color_system=None)
+    console.print(findings)
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "…" not in lines[0]  # the title is never cut
+    assert f"fieldguide · slow-training · {verdict}" in lines[0]
+    assert verdict_text(verdict) in lines[1]  # the verdict's sentence, whole, first in the panel
+
+
 # --- redaction -----------------------------------------------------------------------------------------
 
 def test_redact_argv():

@@ -48,8 +48,15 @@ def path_table(findings: Findings) -> Table:
     return _steps_table(findings, findings.path)
 
 
+def panel_title(findings: Findings) -> str:
+    """The panel's title: short, so that Rich never cuts it on an 80-column terminal (the
+    verdict's sentence is the panel's first line)."""
+    return f"fieldguide · {findings.playbook} · {findings.verdict}"
+
+
 def summary_panel(findings: Findings) -> Panel:
-    parts: list[RenderableType] = [path_table(findings)]
+    verdict = Text(verdict_text(findings.verdict), style=f"bold {VERDICT_STYLE.get(findings.verdict, '')}".strip())
+    parts: list[RenderableType] = [verdict, Text(""), path_table(findings)]
     dep = findings.first_departure
     if dep:
         parts += [Text(""), Text(f"{dep['title']}  [{dep['cause']}]", style=STYLE["depart"]), Text(dep["summary"]),
@@ -65,8 +72,7 @@ def summary_panel(findings: Findings) -> Panel:
     if findings.reruns:
         parts += [Text(""), Text("Measured again in the TUI:", style="bold"),
                   _steps_table(findings, findings.reruns, action=True)]
-    title = f"fieldguide · {findings.playbook} · {verdict_text(findings.verdict)}"
-    return Panel(Group(*parts), title=title, border_style=VERDICT_STYLE.get(findings.verdict, ""),
+    return Panel(Group(*parts), title=panel_title(findings), border_style=VERDICT_STYLE.get(findings.verdict, ""),
                  title_align="left")
 
 
