@@ -11,6 +11,12 @@ a module-level literal::
 ``cause`` is the cause id the walk must name (None for a healthy workload, which
 then names the healthy leaf as ``conclusion``); ``modes`` are the ways it must be
 diagnosed: ``launch`` (with the agent) and/or ``attach`` (py-spy and psutil only).
+``verdict`` is the walk's verdict: ``departure`` (a cause), ``clean`` (a healthy
+leaf) or ``inconclusive`` (no cause and no leaf: e.g. a process that does not
+train). It may be left out for the first two, where cause/conclusion imply it::
+
+    FIELDGUIDE = {"playbook": "slow-training", "cause": None, "verdict": "inconclusive", "modes": ["launch"]}
+
 The declaration is read with ``ast.literal_eval`` from the source, never by
 importing the script: the scripts import torch, and fieldguide's process must not.
 The scripts import only the standard library and torch, so they can be run with
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MODES = ("launch", "attach")
+VERDICTS = ("departure", "clean", "inconclusive")
 DEMO = "loader_remote_reads"
 
 
@@ -38,6 +45,7 @@ class Declaration:
     cause: str | None
     modes: tuple[str, ...]
     conclusion: str | None = None
+    verdict: str = "departure"  # departure (cause), clean (conclusion) or inconclusive (neither)
 
 
 class BadDeclaration(ValueError):
@@ -67,21 +75,29 @@ def read_declaration(source: str, name: str = "<workload>") -> Declaration:
 def _validate(data: Any, name: str) -> Declaration:
     if not isinstance(data, dict):
         raise BadDeclaration(f"{name}: FIELDGUIDE must be a dict")
-    unknown = set(data) - {"playbook", "cause", "modes", "conclusion"}
+    unknown = set(data) - {"playbook", "cause", "modes", "conclusion", "verdict"}
     if unknown:
         raise BadDeclaration(f"{name}: unknown FIELDGUIDE keys {sorted(unknown)}")
     playbook, cause, modes = data.get("playbook"), data.get("cause"), data.get("modes")
-    conclusion = data.get("conclusion")
+    conclusion, verdict = data.get("conclusion"), data.get("verdict")
     if not isinstance(playbook, str) or not playbook:
         raise BadDeclaration(f"{name}: FIELDGUIDE playbook must be a playbook id")
     if cause is not None and (not isinstance(cause, str) or "." not in cause):
         raise BadDeclaration(f"{name}: FIELDGUIDE cause must be a cause id (area.name) or None")
-    if (cause is None) == (conclusion is None) or (conclusion is not None and not isinstance(conclusion, str)):
+    if verdict is not None and verdict not in VERDICTS:
+        raise BadDeclaration(f"{name}: FIELDGUIDE verdict must be one of {', '.join(VERDICTS)}")
+    if verdict == "inconclusive":
+        if cause is not None or conclusion is not None:
+            raise BadDeclaration(f"{name}: FIELDGUIDE verdict inconclusive takes cause None and no conclusion")
+    elif (cause is None) == (conclusion is None) or (conclusion is not None and not isinstance(conclusion, str)):
         raise BadDeclaration(f"{name}: FIELDGUIDE needs a cause, or (healthy) cause None and a conclusion")
+    implied = "departure" if cause is not None else "clean" if conclusion is not None else "inconclusive"
+    if verdict is not None and verdict != implied:
+        raise BadDeclaration(f"{name}: FIELDGUIDE verdict {verdict} contradicts its cause/conclusion ({implied})")
     if not isinstance(modes, list) or not modes or not set(modes) <= set(MODES) or len(set(modes)) != len(modes):
         raise BadDeclaration(f"{name}: FIELDGUIDE modes must be a non-empty list of {', '.join(MODES)}")
     return Declaration(name=pathlib.Path(name).stem, playbook=playbook, cause=cause, modes=tuple(modes),
-                       conclusion=conclusion)
+                       conclusion=conclusion, verdict=implied)
 
 
 def declarations() -> dict[str, Declaration]:
@@ -90,7 +106,7 @@ def declarations() -> dict[str, Declaration]:
             for name, script in sorted(_scripts().items())}
 
 
-# Name -> the cause a diagnosis should name ("" for a healthy workload).
+# Name -> the cause a diagnosis should name ("" for a healthy or an inconclusive workload).
 WORKLOADS: dict[str, str] = {name: d.cause or "" for name, d in declarations().items()}
 
 
