@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -161,17 +162,22 @@ def test_ctrl_c_ends_the_launched_target_and_writes_a_partial_report(tmp_path: P
                              "--", sys.executable, str(workloads.path("healthy_mlp"))],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="60", NO_COLOR="1"))
-    # Wait until the walk is measuring (the job has started and printed a step).
-    deadline = time.monotonic() + 40
-    children: list[psutil.Process] = []
-    while time.monotonic() < deadline:
-        children = psutil.Process(proc.pid).children(recursive=True)
-        if any("healthy_mlp" in " ".join(c.cmdline()) for c in children):
-            break
+    # Wait until the walk has judged its first node (its progress line on stderr), so the report has a path.
+    assert proc.stdout is not None and proc.stderr is not None
+    err_lines: list[str] = []
+    reader = threading.Thread(target=lambda: err_lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # drained: passed-through output never blocks
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not any("target.trains" in ln for ln in err_lines):
         time.sleep(0.2)
-    time.sleep(6)
+    assert any("target.trains" in ln for ln in err_lines), "".join(err_lines)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert any("healthy_mlp" in " ".join(c.cmdline()) for c in children)
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    proc.wait(timeout=30)
+    reader.join(timeout=10)
+    err = "".join(err_lines)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     data = __import__("json").loads(report.read_text())

@@ -50,10 +50,13 @@ def test_agent_hooks_torch_after_a_find_spec_probe_and_keeps_the_jobs_behaviour(
 
 RAISES_IN_STEP_3 = textwrap.dedent("""
     import torch
-    model = torch.nn.Linear(32, 4)
+    # Steps of a few ms over one fixed batch: with 3 steps to judge, the input phase is the loop's own
+    # few microseconds (a fresh torch.randn per step would be a real 20% of a 0.2 ms step).
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = torch.randn(256, 256)
     for step in range(100):
-        loss = model(torch.randn(64, 32)).square().mean()
+        loss = model(batch).square().mean()
         opt.zero_grad(); loss.backward(); opt.step()
         if step == 2:
             raise ValueError("bad batch in step 3")
