@@ -287,7 +287,7 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
     interrupted = False
     target = None
     try:
-        target = open_target(pid, cmd, echo=echo)
+        target = open_target(pid, cmd, echo=echo, arm=playbook.arm)
         session = Session(playbook, target, budget=budget or DEFAULT_BUDGET)
         where = f"pid {target.pid}" if pid else " ".join(cmd) or "machine"
         err.print(f"[bold]fieldguide[/] {playbook.id} on {target.kind} {where}")

@@ -23,11 +23,12 @@ READY_SHARE = 0.6  # of the budget, at most, spent waiting for them
 
 
 def open_target(pid: int | None = None, cmd: list[str] | None = None, *,
-                echo: Callable[[str], None] | None = None) -> Target:
+                echo: Callable[[str], None] | None = None, arm: tuple[str, ...] = ()) -> Target:
+    """`arm`: agent capabilities a launched job measures with from its start (the playbook's)."""
     if pid is not None:
         return AttachTarget(pid)
     if cmd:
-        return LaunchTarget(cmd, echo=echo)
+        return LaunchTarget(cmd, echo=echo, arm=arm)
     return LocalTarget()
 
 

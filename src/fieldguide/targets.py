@@ -239,7 +239,8 @@ class LaunchTarget(Target):
     kind = "launch"
     _ended_by_us = False
 
-    def __init__(self, cmd: list[str], *, echo: Any = None, env: dict[str, str] | None = None):
+    def __init__(self, cmd: list[str], *, echo: Any = None, env: dict[str, str] | None = None,
+                 arm: tuple[str, ...] = ()):
         if not cmd:
             raise BadInput("no command to launch after --")
         self.cmd = list(cmd)
@@ -251,6 +252,7 @@ class LaunchTarget(Target):
         self._close_done = threading.Event()
         self._log: collections.deque[str] = collections.deque(maxlen=LOG_LINES_KEPT)
         self._echo = echo
+        self._arm = arm
         try:
             self._start(env)
         except BaseException:
@@ -276,6 +278,8 @@ class LaunchTarget(Target):
         child_env["FIELDGUIDE_AGENT_SOCKET"] = str(self.agent.path)
         child_env["FIELDGUIDE_AGENT_FILE"] = str(AGENT_PACKAGE_FILE)
         child_env["FIELDGUIDE_TRACER_PID"] = str(os.getpid())
+        if self._arm:
+            child_env["FIELDGUIDE_AGENT_ARM"] = ",".join(self._arm)
         child_env.setdefault("PYTHONUNBUFFERED", "1")  # so its output reaches us as it happens
         self.started = time.monotonic()
         try:

@@ -16,7 +16,7 @@ from fieldguide.playbook.yamlread import LineDict, read_yaml
 
 CAUSES_FILE = "causes.yaml"
 NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
-PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch"}
+PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm"}
 CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify"}
 
 
@@ -279,6 +279,9 @@ def load_playbook(path: Path) -> Playbook:
         raise PlaybookError(path, data.line_of("start"), f"unknown start node {start!r}", field="start")
     _check_acyclic(nodes, start, path)
     prefetch = _prefetch(data, nodes, path)
+    arm = data.get("arm") or []
+    if not isinstance(arm, list) or not all(isinstance(a, str) and a.isidentifier() for a in arm):
+        raise PlaybookError(path, data.line_of("arm"), "must be a list of agent capability names", field="arm")
     return Playbook(
         id=playbook_id,
         title=_text(data, "title", path, None),
@@ -288,6 +291,7 @@ def load_playbook(path: Path) -> Playbook:
         causes={k: v for k, v in causes.items()},
         leaves={str(k): str(v) for k, v in leaves.items()},
         prefetch=prefetch,
+        arm=tuple(arm),
         source=path,
     )
 

@@ -67,6 +67,9 @@ class Playbook:
     # Measurements whose windows start with the walk, alongside the first nodes' (a stack window
     # that a later node needs need not wait for the nodes before it).
     prefetch: tuple[MeasureOption, ...] = ()
+    # Agent capabilities that measure from a launched job's start (an OOM in the first step
+    # must find saved tensors already counted).
+    arm: tuple[str, ...] = ()
     source: Path | None = None
 
 

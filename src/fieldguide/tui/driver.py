@@ -41,7 +41,7 @@ def real_session(spec: TargetSpec, playbook: Playbook, on_reading: Callable[[dic
                  echo: Callable[[str], None]) -> Session:
     from fieldguide.session import Session, open_target
 
-    target = open_target(spec.pid, list(spec.cmd) or None, echo=echo)
+    target = open_target(spec.pid, list(spec.cmd) or None, echo=echo, arm=playbook.arm)
     return Session(playbook, target, on_reading=on_reading)
 
 

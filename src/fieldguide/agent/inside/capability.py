@@ -40,5 +40,11 @@ class Capability:
     def tick(self) -> None:
         """On the agent thread before each flush (deadlines, fallbacks)."""
 
+    def arm(self) -> None:
+        """Measure from the job's start (fieldguide asked for it at launch: FIELDGUIDE_AGENT_ARM)."""
+
+    def on_exception(self, exc: BaseException) -> None:
+        """An uncaught exception is ending the job; its frames are still alive (before on_exit)."""
+
     def on_exit(self) -> None:
         """The job is ending (uncaught exception or interpreter exit): leave what you have."""

@@ -136,6 +136,8 @@ class Agent:
                        name: {"requests": list(c.requests), "streams": list(c.streams)}
                        for name, c in self.capabilities.items()}})
         self._each("start", lambda c: c.start())
+        armed = {name.strip() for name in os.environ.get("FIELDGUIDE_AGENT_ARM", "").split(",") if name.strip()}
+        self._each("arm", lambda c: c.arm() if c.name in armed else None)
 
     def hook_torch(self, torch: ModuleType) -> None:
         if self.torch is not None:

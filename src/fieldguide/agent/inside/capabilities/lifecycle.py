@@ -20,13 +20,15 @@ from typing import Any
 from ..capability import Capability
 
 MESSAGE_CHARS = 500
+AGENT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # our own wrappers are not the job's code
 
 
 def describe_exception(exc_type: type[BaseException], exc: BaseException | None,
                        tb: TracebackType | None) -> dict[str, Any]:
     where = None
     for frame in reversed(traceback.extract_tb(tb) if tb is not None else []):
-        if "site-packages" not in frame.filename and "/lib/python" not in frame.filename:
+        if ("site-packages" not in frame.filename and "/lib/python" not in frame.filename
+                and not frame.filename.startswith(AGENT_DIR)):
             where = f"{os.path.basename(frame.filename)}:{frame.lineno} in {frame.name}"
             break
     return {"type": exc_type.__name__, "module": exc_type.__module__,
@@ -47,6 +49,7 @@ class Lifecycle(Capability):
             try:
                 self.events.append({"event": "exception", "thread": "main",
                                     "step_count": self.agent.step_count, **describe_exception(exc_type, exc, tb)})
+                self.tell_exception(exc)
                 self.finish()
             except Exception:
                 pass
@@ -65,6 +68,16 @@ class Lifecycle(Capability):
         sys.excepthook = excepthook
         threading.excepthook = thread_excepthook
         atexit.register(self.finish)
+
+    def tell_exception(self, exc: BaseException | None) -> None:
+        if exc is None:
+            return
+        for capability in self.agent.capabilities.values():
+            if capability is not self:
+                try:
+                    capability.on_exception(exc)
+                except Exception as err:
+                    self.agent.hook_failed(capability.name, "on_exception", err)
 
     def finish(self) -> None:
         """Once, as the job ends: every capability leaves what it has, then one flush."""

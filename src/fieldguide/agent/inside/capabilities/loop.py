@@ -157,13 +157,12 @@ class LoopTiming(Capability):
         loop = self
 
         def backward(*args: Any, **kwargs: Any) -> Any:
+            result = base(*args, **kwargs)  # a backward that raised ended no step
             try:
-                return base(*args, **kwargs)
-            finally:
-                try:
-                    loop.on_backward_end()
-                except Exception:
-                    pass
+                loop.on_backward_end()
+            except Exception:
+                pass
+            return result
 
         backward.__wrapped__ = base  # type: ignore[attr-defined]
         torch.autograd.backward = backward
