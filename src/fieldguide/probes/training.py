@@ -50,6 +50,12 @@ class TrainingActivity(Probe):
         values = {"trains": conn.steps_total >= 2, "seen_by": "agent", "steps_seen": conn.steps_total,
                   "step_signal": STEP_SIGNALS.get(kinds[-1], kinds[-1]) if kinds else None}
         provenance = "agent: optimizer step hooks and the end of backward()"
+        died = conn.exception() if not ctx.target.alive() else None
+        ran_out = any(e.get("event") == "oom" for e in conn.stream("memory", "events").items)
+        if not values["trains"] and died and (conn.steps_total or ran_out):
+            # It died training: in its first steps, or out of memory before its first step ended.
+            values["trains"] = True
+            provenance += f"; it ended with {died.get('type')} after {conn.steps_total} step(s)"
         if values["trains"]:
             return self.measurement(values=values, provenance=provenance, seconds=elapsed)
         seen = []

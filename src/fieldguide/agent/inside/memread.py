@@ -11,7 +11,6 @@ import collections
 import gc
 import os
 import re
-import resource
 import sys
 import warnings
 from types import FrameType, ModuleType
@@ -56,10 +55,10 @@ def _read_int(path: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def cgroup_memory() -> tuple[int, int | None, int | None] | None:
-    """(limit, current, peak) of this process's cgroup (v2, else v1); None without a limit."""
+def cgroup_memory(pid: str = "self") -> tuple[int, int | None, int | None] | None:
+    """(limit, current, peak) of the process's cgroup (v2, else v1); None without a limit."""
     try:
-        with open("/proc/self/cgroup") as f:
+        with open(f"/proc/{pid}/cgroup") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
@@ -88,19 +87,35 @@ def mem_available() -> int | None:
     return None
 
 
-def host_limits() -> list[dict[str, Any]]:
-    """Each limit on this process's memory, with its own accounting of use and peak.
+def rlimits(pid: str = "self") -> dict[str, int]:
+    """Soft address-space and data limits from /proc/PID/limits (absent when unlimited)."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                for label, kind in (("Max address space", "RLIMIT_AS"), ("Max data size", "RLIMIT_DATA")):
+                    if line.startswith(label):
+                        soft = line[len(label):].split()[0]
+                        if soft.isdigit():
+                            out[kind] = int(soft)
+    except OSError:
+        pass
+    return out
+
+
+def host_limits(pid: str = "self") -> list[dict[str, Any]]:
+    """Each limit on the process's memory, with its own accounting of use and peak.
 
     RLIMIT_AS counts virtual size, RLIMIT_DATA the data segment, a cgroup its own
     charge, and RAM the resident set against what the kernel says is available."""
-    status = status_fields()
+    status = status_fields(pid)
     limits: list[dict[str, Any]] = []
-    for kind, which, used, peak in (("RLIMIT_AS", resource.RLIMIT_AS, status.get("VmSize"), status.get("VmPeak")),
-                                    ("RLIMIT_DATA", resource.RLIMIT_DATA, status.get("VmData"), status.get("VmData"))):
-        soft = resource.getrlimit(which)[0]
-        if soft != resource.RLIM_INFINITY and used is not None:
-            limits.append({"kind": kind, "limit": soft, "used": used, "peak": peak})
-    cgroup = cgroup_memory()
+    soft = rlimits(pid)
+    for kind, used, peak in (("RLIMIT_AS", status.get("VmSize"), status.get("VmPeak")),
+                             ("RLIMIT_DATA", status.get("VmData"), status.get("VmData"))):
+        if kind in soft and used is not None:
+            limits.append({"kind": kind, "limit": soft[kind], "used": used, "peak": peak})
+    cgroup = cgroup_memory(pid)
     if cgroup is not None and cgroup[1] is not None:
         limits.append({"kind": "cgroup memory.max", "limit": cgroup[0], "used": cgroup[1],
                        "peak": cgroup[2] if cgroup[2] is not None else cgroup[1]})

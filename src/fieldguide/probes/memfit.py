@@ -1,0 +1,88 @@
+"""Memory over time: the growth a series shows, and the headroom a peak leaves under a limit.
+
+Pure arithmetic on (x, bytes) points, shared by the probes that read memory from inside
+the job (per step) and from outside (per second), and tested on constructed series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from fieldguide.probes.stats import median
+
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class Growth:
+    slope: float  # bytes per unit of x (per step, or per second)
+    r2: float  # how well a straight line explains the series (0..1)
+    sustained: bool  # each third of the window sits higher than the one before
+    total: float  # bytes from the first third's median to the last third's
+    points: int
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares slope and r² of ys against xs; (0, 0) when xs do not vary."""
+    n = len(xs)
+    if n < 2:
+        return 0.0, 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    if sxx == 0:
+        return 0.0, 0.0
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
+    return slope, r2
+
+
+def growth(xs: Sequence[float], ys: Sequence[float]) -> Growth | None:
+    """The trend of a memory series; None with fewer than 6 points.
+
+    A leak is growth that persists: the slope alone is fooled by one late allocation,
+    so the window is cut in thirds and each must sit above the one before (medians)."""
+    if len(xs) < 6 or len(xs) != len(ys):
+        return None
+    slope, r2 = fit_line(xs, ys)
+    third = len(ys) // 3
+    parts = [median(ys[:third]), median(ys[third:2 * third]), median(ys[2 * third:])]
+    a, b, c = (float(p or 0.0) for p in parts)
+    return Growth(slope=slope, r2=r2, sustained=a < b < c, total=c - a, points=len(xs))
+
+
+def sustained_rate(g: Growth | None) -> float | None:
+    """Bytes per unit of x that persist across the window, 0 when the growth does not."""
+    if g is None:
+        return None
+    return g.slope if g.sustained and g.slope > 0 else 0.0
+
+
+def tightest(limits: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The limit whose peak use comes closest to it (each limit counts use its own way)."""
+    scored = [dict(lim, fraction=lim["peak"] / lim["limit"]) for lim in limits
+              if lim.get("limit") and lim.get("peak") is not None]
+    return max(scored, key=lambda lim: lim["fraction"]) if scored else None
+
+
+CATEGORIES = ("activations", "optimizer_state", "parameters", "other")
+
+
+def shares(parts: dict[str, int | None]) -> tuple[dict[str, float], str | None]:
+    """Each category's share of what was counted, and the largest; parameters include gradients."""
+    counted = {"activations": parts.get("activations") or 0,
+               "optimizer_state": parts.get("optimizer_state") or 0,
+               "parameters": (parts.get("parameters") or 0) + (parts.get("gradients") or 0),
+               "other": parts.get("other_tensors") or 0}
+    total = sum(counted.values())
+    if total <= 0:
+        return {}, None
+    share = {k: v / total for k, v in counted.items()}
+    return share, max(CATEGORIES, key=lambda k: share[k])
+
+
+def mb(value: float | None) -> float | None:
+    return round(value / MB, 1) if value is not None else None

@@ -1,0 +1,169 @@
+"""Memory from outside the job (any target): its resident set over time, its peak against
+its limits, and the other processes on its GPU (NVML)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil
+
+from fieldguide.agent.inside import memread
+from fieldguide.measurement import Measurement
+from fieldguide.probes import register
+from fieldguide.probes.base import NEEDS_GPU, NEEDS_PROCESS, Probe, ProbeContext
+from fieldguide.probes.memfit import MB, growth, mb, sustained_rate, tightest
+
+SAMPLE_HZ = 5.0
+
+
+def tree_rss(pid: int) -> int | None:
+    """Resident bytes of the job and its children (DataLoader workers); None once it is gone."""
+    try:
+        root = psutil.Process(pid)
+        total = root.memory_info().rss
+        for child in root.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+    except psutil.Error:
+        return None
+
+
+@register
+class MemoryGrowthOutside(Probe):
+    id = "memory.growth.outside"
+    title = "The job's resident memory over time, from outside (psutil)"
+    needs = frozenset({NEEDS_PROCESS})
+    params = {"seconds": 10.0}
+    values = {"growth_mb_per_min": "MB/min", "growth_fit_r2": "", "grew_mb": "MB", "used_mb": "MB",
+              "memory_kind": "", "samples": ""}
+    series = {"used_mb": "MB"}
+
+    def run(self, ctx: ProbeContext, seconds: float = 10.0) -> Measurement:
+        started = time.monotonic()
+        pid = ctx.target.pid
+        assert pid is not None
+        seconds = min(seconds, max(ctx.budget_left - 2.0, 1.0))
+        ts: list[float] = []
+        used: list[float] = []
+        while time.monotonic() - started < seconds:
+            rss = tree_rss(pid)
+            if rss is None:
+                return self.cannot(ctx.target.gone_reason(), applicable=False)
+            ts.append(time.monotonic())
+            used.append(float(rss))
+            self.reading(ctx, elapsed=ts[-1] - started, of=seconds, series={"used_mb": [u / MB for u in used[-60:]]})
+            if not ctx.sleep(1.0 / SAMPLE_HZ):
+                if ctx.cancelled.is_set():
+                    return self.cannot("cancelled")
+                return self.cannot(ctx.target.gone_reason(), applicable=False)
+        trend = growth(ts, used)
+        values: dict[str, Any] = {"samples": len(used), "used_mb": mb(used[-1]) if used else None,
+                                  "memory_kind": "RSS of the job and its children"}
+        missing: dict[str, str] = {}
+        if trend is None:
+            missing["growth_mb_per_min"] = f"{len(used)} samples: too few to fit a trend"
+        else:
+            values["growth_mb_per_min"] = round((sustained_rate(trend) or 0.0) * 60 / MB, 2)
+            values["growth_fit_r2"] = round(trend.r2, 3)
+            values["grew_mb"] = round(trend.total / MB, 1)
+        return self.measurement(values=values, missing=missing, evidence={"rss": [round(u) for u in used]},
+                                seconds=time.monotonic() - started,
+                                provenance=f"psutil memory_info().rss of the job and its children at {SAMPLE_HZ:.0f} Hz; "
+                                           "no tensor attribution from outside (launch the job for that)")
+
+
+@register
+class MemoryUsageOutside(Probe):
+    id = "memory.usage.outside"
+    title = "The job's peak memory against its limits, from /proc and its cgroup"
+    needs = frozenset({NEEDS_PROCESS})
+    params = {}
+    values = {"oom": "", "peak_fraction_of_limit": "fraction", "limit": "", "limit_mb": "MB", "peak_mb": "MB",
+              "headroom_mb": "MB"}
+
+    def run(self, ctx: ProbeContext) -> Measurement:
+        started = time.monotonic()
+        pid = ctx.target.pid
+        if pid is None or not ctx.target.alive():
+            return self.cannot(ctx.target.gone_reason(), applicable=False)
+        limits = memread.host_limits(str(pid))
+        limit = tightest(limits)
+        if limit is None:
+            return self.cannot(f"cannot read /proc/{pid}/status or its limits", seconds=time.monotonic() - started)
+        values = {"oom": False, "peak_fraction_of_limit": round(limit["fraction"], 3), "limit": limit["kind"],
+                  "limit_mb": mb(limit["limit"]), "peak_mb": mb(limit["peak"]),
+                  "headroom_mb": mb(max(limit["limit"] - limit["peak"], 0))}
+        return self.measurement(values=values, evidence={"limits": limits}, seconds=time.monotonic() - started,
+                                provenance=f"/proc/{pid}/status (VmHWM, VmPeak), /proc/{pid}/limits, its cgroup's "
+                                           "memory.max, /proc/meminfo MemAvailable")
+
+
+def gpu_others(devices: list[dict[str, Any]], job_pids: set[int],
+               names: dict[int, str] | None = None) -> dict[str, Any] | None:
+    """On the GPUs where the job holds memory, who else does, and how much; None if it holds none."""
+    names = names or {}
+    mine = [d for d in devices if any(p["pid"] in job_pids for p in d.get("processes") or [])]
+    if not mine:
+        return None
+    worst: dict[str, Any] | None = None
+    for device in mine:
+        others = [p for p in device.get("processes") or [] if p["pid"] not in job_pids]
+        others_mb = sum(p.get("used_mb") or 0 for p in others)
+        job_mb = sum(p.get("used_mb") or 0 for p in device.get("processes") or [] if p["pid"] in job_pids)
+        total = device.get("memory_total_mb") or 0
+        row = {"gpu": device["index"], "others_mb": others_mb, "job_mb": job_mb, "total_mb": total,
+               "others_fraction_of_total": round(others_mb / total, 3) if total else None,
+               "others": [{"pid": p["pid"], "used_mb": p.get("used_mb"), "command": names.get(p["pid"], "?")}
+                          for p in sorted(others, key=lambda p: -(p.get("used_mb") or 0))]}
+        if worst is None or (row["others_fraction_of_total"] or 0) > (worst["others_fraction_of_total"] or 0):
+            worst = row
+    return worst
+
+
+def describe_process(pid: int) -> str:
+    try:
+        proc = psutil.Process(pid)
+        return f"{proc.username()}: {' '.join(proc.cmdline())[:80] or proc.name()}"
+    except psutil.Error:
+        return "not visible from here (another container or user)"
+
+
+@register
+class MemoryGpuOthers(Probe):
+    id = "memory.gpu.others"
+    title = "Other processes holding memory on the job's GPU (NVML)"
+    needs = frozenset({NEEDS_PROCESS, NEEDS_GPU})
+    params = {}
+    values = {"others_fraction_of_total": "fraction", "others_mb": "MB", "job_mb": "MB", "total_mb": "MB",
+              "other_processes": "", "others": ""}
+
+    def run(self, ctx: ProbeContext) -> Measurement:
+        from fieldguide.probes.gpu import NvmlUnavailable, nvml_devices
+
+        started = time.monotonic()
+        pid = ctx.target.pid
+        assert pid is not None
+        try:
+            devices = nvml_devices()
+        except NvmlUnavailable as err:
+            return self.cannot(str(err), seconds=time.monotonic() - started)
+        try:
+            job = {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+        except psutil.Error:
+            return self.cannot(ctx.target.gone_reason(), applicable=False)
+        pids = {p["pid"] for d in devices for p in d.get("processes") or []}
+        found = gpu_others(devices, job, {p: describe_process(p) for p in pids - job})
+        if found is None:
+            return self.cannot("the job holds no GPU memory that NVML sees (a CPU job, or not started on the GPU yet)",
+                               applicable=False, seconds=time.monotonic() - started)
+        values = {k: found[k] for k in ("others_fraction_of_total", "others_mb", "job_mb", "total_mb")}
+        values["other_processes"] = len(found["others"])
+        values["others"] = "; ".join(f"pid {o['pid']} ({o['command']}) {o['used_mb']} MB"
+                                     for o in found["others"][:3]) or "none"
+        return self.measurement(values=values, evidence={"gpu": found}, seconds=time.monotonic() - started,
+                                provenance="NVML nvmlDeviceGetComputeRunningProcesses on the GPU the job uses; "
+                                           "PIDs are the host's (they can differ inside a container)")
