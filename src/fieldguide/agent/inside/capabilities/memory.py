@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import sys
 import time
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from .. import memread
@@ -47,6 +47,7 @@ class Memory(Capability):
         self.saved: dict[int, int] = {}
         self.saved_bytes = 0
         self.peak_saved: dict[str, Any] = {}
+        self.first_forward_hook: Any = None
 
     def arm(self) -> None:
         self.armed = True
@@ -65,7 +66,7 @@ class Memory(Capability):
                     handle.remove()
                     self.push_pack_hook()
 
-            self.first_forward_hook: Any = register_module_forward_pre_hook(first_forward)
+            self.first_forward_hook = register_module_forward_pre_hook(first_forward)
             self.agent.add_step_listener(self)
         self.attach_cuda_oom_observer(torch)
 
@@ -164,7 +165,7 @@ class Memory(Capability):
         assert self.torch is not None
         # Materialise the training thread's frames, so that their locals show up as referrers.
         frames = []
-        frame = sys._getframe()
+        frame: FrameType | None = sys._getframe()
         while frame is not None:
             frames.append(frame)
             frame = frame.f_back
