@@ -172,6 +172,8 @@ class MemoryBreakdown(AgentProbe):
         oom = next((e for e in events if e.get("event") == "oom"), None)
         if oom is not None:
             b, how = oom, f"at the out-of-memory error ({oom.get('error')}) in step {oom.get('step')}"
+        elif not ctx.target.alive() and (ctx.target.ending() or {}).get("signal") == "SIGKILL":
+            return self.killed(ctx, conn, started)
         elif not ctx.target.alive():
             return self.cannot(f"{ctx.target.gone_reason()} without running out of memory, before a breakdown "
                                "was taken", applicable=False)
@@ -199,6 +201,21 @@ class MemoryBreakdown(AgentProbe):
         evidence = {"breakdown": {k: v for k, v in b.items() if k not in ("message",)}, "message": b.get("message")}
         return self.measurement(values=values, evidence=evidence, seconds=time.monotonic() - started,
                                 provenance=provenance)
+
+
+    def killed(self, ctx: ProbeContext, conn: Any, started: float) -> Measurement:
+        """SIGKILL with no Python exception: the kernel's OOM killer's way (or a scheduler's)."""
+        seen = list(conn.stream(self.capability, "rss").items)
+        last = seen[-1] if seen else None
+        values: dict[str, Any] = {"oom": True, "peak_mb": mb(last[1]) if last else None,
+                                  "breakdown": "none: the job was killed without a Python exception"}
+        where = f"; its last RSS seen was {values['peak_mb']} MB at step {last[2]}" if last else ""
+        no_breakdown = "the job was killed without a Python exception: nothing inside it could break memory down"
+        missing = {key: no_breakdown for key in ("dominant", "peak_fraction_of_limit", "activations_share")}
+        return self.measurement(values=values, missing=missing, evidence={"rss": seen[-30:]},
+                                seconds=time.monotonic() - started,
+                                provenance=f"the target was killed by SIGKILL{where}: the kernel's OOM killer does "
+                                           "this when the machine or the job's cgroup runs out (dmesg names it)")
 
 
 @register

@@ -321,6 +321,12 @@ def holder(obj: Any, ignore: set[int], depth: int = 3) -> str | None:
             named = _namespace_owner(ref, obj, ignore | {id(ref)})
             if named:
                 return named
+        elif not isinstance(ref, (list, tuple, set, collections.deque, type)):
+            # An object whose attributes live inline (3.11+ managed dicts): it refers directly.
+            attrs = getattr(ref, "__dict__", None)
+            key = next((k for k, v in attrs.items() if v is obj), None) if isinstance(attrs, dict) else None
+            if key is not None:
+                return f"{type(ref).__name__}.{key}"
         if isinstance(ref, (list, tuple, set, dict, collections.deque)) and depth > 1:
             outer = holder(ref, ignore | {id(ref)}, depth - 1)
             if outer:

@@ -27,17 +27,20 @@ from ..capability import Capability
 
 ROW_COLUMNS = ("step", "t", "rss", "vms", "cuda_allocated", "cuda_reserved")
 MAX_WATCH_SECONDS = 120.0
-STALL_SECONDS = 5.0  # no step boundary this long after the window: answer with what there is
+STALL_SECONDS = 5.0
+RSS_EVERY = 1.0  # no step boundary this long after the window: answer with what there is
 
 
 class Memory(Capability):
     name = "memory"
     requests = ("watch", "breakdown")
-    streams = ("steps", "events")
+    streams = ("steps", "events", "rss")
 
     def start(self) -> None:
         self.rows = self.agent.stream(self.name, "steps")
         self.events = self.agent.stream(self.name, "events")
+        self.rss = self.agent.stream(self.name, "rss")  # once a second from the agent thread: the last seen
+        self.rss_at = 0.0
         self.armed = False
         self.torch: ModuleType | None = None
         self.watch: dict[str, Any] | None = None
@@ -228,6 +231,9 @@ class Memory(Capability):
     def tick(self) -> None:
         watch = self.watch
         now = time.monotonic()
+        if now - self.rss_at >= RSS_EVERY:
+            self.rss_at = now
+            self.rss.append([round(now, 3), memread.rss_vms()[0], self.agent.step_count])
         if watch is not None and now - max(watch["until"] or watch["asked"], self.agent.last_step_seen) > STALL_SECONDS:
             self.watch = None  # no boundary to end the window on: answer with the rows there are
             self.answer_watch(watch, None)

@@ -1,0 +1,166 @@
+"""The oom playbook's arithmetic on constructed data: growth fits, breakdown shares, limits,
+CUDA allocator stats, NVML process lists, OOM messages, and who keeps a tensor alive."""
+
+from __future__ import annotations
+
+import gc
+import random
+from typing import Any
+
+import pytest
+
+from fieldguide.agent.inside import memread
+from fieldguide.playbook import find_playbook
+from fieldguide.probes.memfit import MB, growth, shares, sustained_rate, tightest
+from fieldguide.probes.memory import breakdown_values, fragmentation_values, growth_values
+from fieldguide.probes.memory_outside import gpu_others
+
+
+def test_a_steady_climb_is_sustained_growth_with_its_slope() -> None:
+    steps = [float(i) for i in range(300)]
+    used = [400 * MB + 512 * 1024 * i + random.Random(i).uniform(-2, 2) * MB for i in range(300)]
+    g = growth(steps, used)
+    assert g is not None and g.sustained and g.r2 > 0.95
+    assert sustained_rate(g) == pytest.approx(512 * 1024, rel=0.05)
+
+
+def test_one_late_jump_or_noise_is_not_sustained() -> None:
+    steps = [float(i) for i in range(300)]
+    jump = [400 * MB + (200 * MB if i > 280 else 0) for i in range(300)]  # one allocation near the end
+    noise = [400 * MB + random.Random(i).uniform(-5, 5) * MB for i in range(300)]
+    for series in (jump, noise):
+        assert sustained_rate(growth(steps, series)) == 0.0
+    assert growth(steps[:5], jump[:5]) is None  # too few points to say
+
+
+def watch_reply(rows: int, added: int, nodes: tuple[int, int] = (13, 13), grow_bytes: int = 0) -> dict[str, Any]:
+    return {"rows": [[100 + i, 1000.0 + 0.02 * i, 300 * MB + grow_bytes * i, 900 * MB, None, None]
+                     for i in range(rows)],
+            "census": [{"tensors": 29, "bytes": 20 * MB, "graph_nodes": nodes[0]},
+                       {"tensors": 29 + added, "bytes": 20 * MB + added * 512 * 1024, "graph_nodes": nodes[1]}],
+            "growing": [{"what": "128x1024 float32 on cpu holding its autograd graph", "added": added,
+                         "added_bytes": added * 512 * 1024, "count": added}] if added else [],
+            "kept_by": {"growing": "a list of 300 items kept by Net.seen"} if added else {}}
+
+
+def test_growth_values_name_what_grows_and_who_keeps_it() -> None:
+    values, missing = growth_values(watch_reply(300, added=299, grow_bytes=512 * 1024))
+    assert not missing
+    assert values["tensors_kept_per_step"] == pytest.approx(1.0)
+    assert values["tensor_growth_mb_per_min"] == pytest.approx(299 * 0.5 / (299 * 0.02 / 60), rel=0.01)
+    assert "299 x 128x1024 float32" in values["what_grows"] and values["kept_by"].endswith("Net.seen")
+    assert values["growth_kb_per_step"] == pytest.approx(512, rel=0.01)
+
+
+def test_a_graph_kept_across_steps_is_growth_even_with_no_new_python_tensor() -> None:
+    values, _ = growth_values(watch_reply(200, added=0, nodes=(13, 13 + 4 * 199)))
+    assert values["tensors_kept_per_step"] == 0.0
+    assert values["graph_nodes_kept_per_step"] == pytest.approx(4.0)
+    assert "autograd graph" in values["what_grows"]
+
+
+def test_flat_memory_is_no_growth_and_a_window_without_census_says_why() -> None:
+    values, missing = growth_values(watch_reply(200, added=0))
+    assert values["tensors_kept_per_step"] == 0 and values["growth_mb_per_min"] == 0
+    reply = watch_reply(200, added=0)
+    del reply["census"]
+    _, missing = growth_values(reply)
+    assert "no second tensor census" in missing["tensors_kept_per_step"]
+
+
+def test_shares_count_gradients_with_parameters_and_name_the_largest() -> None:
+    share, dominant = shares({"parameters": 10, "gradients": 10, "optimizer_state": 40, "activations": 30,
+                              "other_tensors": 10})
+    assert dominant == "optimizer_state" and share["parameters"] == pytest.approx(0.2)
+    assert shares({}) == ({}, None)
+
+
+def test_the_tightest_limit_is_the_one_its_own_use_comes_closest_to() -> None:
+    limits = [{"kind": "RLIMIT_AS", "limit": 2000, "used": 1500, "peak": 1900},
+              {"kind": "available RAM", "limit": 24000, "used": 1000, "peak": 1300}]
+    assert tightest(limits)["kind"] == "RLIMIT_AS"
+    assert tightest([]) is None
+
+
+def test_breakdown_at_an_oom_names_activations_and_the_failed_request() -> None:
+    b = {"at": "oom", "parameters": 78_096, "gradients": 0, "optimizer_state": 0, "activations": 660 * MB,
+         "other_tensors": 8, "requested": 192 * MB, "cuda": None,
+         "limits": [{"kind": "RLIMIT_AS", "limit": 1800 * MB, "used": 1500 * MB, "peak": 1760 * MB}]}
+    values = breakdown_values(b)
+    assert values["oom"] is True and values["dominant"] == "activations"
+    assert values["activations_share"] > 0.99 and values["requested_mb"] == 192.0
+    assert values["limit"] == "RLIMIT_AS" and values["peak_fraction_of_limit"] == pytest.approx(0.978, abs=0.001)
+
+
+def test_on_cuda_the_device_total_is_the_limit() -> None:
+    cuda = {"total": 80 * 1024 * MB, "reserved_peak": 78 * 1024 * MB, "allocated_peak": 30 * 1024 * MB,
+            "device": 0, "reserved": 70 * 1024 * MB, "allocated": 20 * 1024 * MB, "inactive_split": 9 * 1024 * MB,
+            "alloc_retries": 12, "ooms": 1}
+    values = breakdown_values({"at": "step", "parameters": MB, "activations": 2 * MB, "cuda": cuda, "limits": []})
+    assert values["limit"] == "GPU 0 memory" and values["peak_fraction_of_limit"] == pytest.approx(0.975)
+    frag = fragmentation_values(cuda)
+    assert frag["fragmented_fraction"] == pytest.approx(48 / 78, abs=0.001)
+    assert frag["alloc_retries"] == 12 and frag["inactive_split_mb"] == 9 * 1024
+
+
+def test_other_processes_on_the_jobs_gpu_are_named_and_other_gpus_ignored() -> None:
+    devices = [
+        {"index": 0, "memory_total_mb": 81920, "processes": [{"pid": 10, "used_mb": 30000},
+                                                             {"pid": 99, "used_mb": 40000}]},
+        {"index": 1, "memory_total_mb": 81920, "processes": [{"pid": 77, "used_mb": 80000}]},
+    ]
+    found = gpu_others(devices, {10, 11}, {99: "ana: python serve.py"})
+    assert found is not None and found["gpu"] == 0
+    assert found["others_mb"] == 40000 and found["others_fraction_of_total"] == pytest.approx(0.488, abs=0.001)
+    assert found["others"][0]["command"] == "ana: python serve.py"
+    assert gpu_others(devices, {12}) is None  # a job that holds no GPU memory
+
+
+@pytest.mark.parametrize(("message", "size"), [
+    ("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried to allocate "
+     "201326592 bytes. Error code 12 (Cannot allocate memory)", 201326592),
+    ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB", 2 * 1024 * MB),
+    ("something else", None),
+])
+def test_the_failed_request_size_is_read_from_either_allocator(message: str, size: int | None) -> None:
+    assert memread.requested_bytes(message) == size
+
+
+def test_out_of_memory_errors_are_told_from_other_errors() -> None:
+    assert memread.is_oom(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried"))
+    assert memread.is_oom(MemoryError())
+    assert not memread.is_oom(RuntimeError("shape mismatch"))
+    assert not memread.is_oom(ValueError("out of memory"))  # not an allocator's error type
+
+
+class Net:
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+
+
+def test_the_holder_of_a_kept_object_is_named_through_its_container() -> None:
+    class Thing:
+        pass
+
+    net = Net()
+    kept = Thing()
+    net.seen.append(kept)
+    assert memread.holder(kept, set()) == "a list of 1 items kept by Net.seen"
+    del net
+    gc.collect()
+
+
+def test_limits_of_this_process_include_the_available_ram() -> None:
+    kinds = {limit["kind"] for limit in memread.host_limits()}
+    assert "available RAM" in kinds
+    for limit in memread.host_limits():
+        assert limit["limit"] > 0 and limit["peak"] >= 0
+
+
+def test_the_oom_playbook_reaches_every_memory_cause_and_a_healthy_leaf() -> None:
+    playbook = find_playbook("oom")
+    reachable = {edge.target for node in playbook.nodes.values() for edge in (node.on_pass, node.on_depart)
+                 if edge.kind == "cause"}
+    assert {"memory.leak_across_steps", "memory.fragmentation", "memory.activations", "memory.optimizer_state",
+            "memory.other_process"} <= reachable
+    assert "memory.fits" in playbook.leaves and playbook.arm == ("memory",)
