@@ -231,3 +231,13 @@ def test_the_tui_names_no_playbook_and_no_probe_value() -> None:
                         r"""process\.cpu|stacks\.sample)["']""")
     found = [f"{path.name}: {m.group(0)}" for path in root.rglob("*.py") for m in banned.finditer(path.read_text())]
     assert found == []
+
+
+def test_parts_of_a_whole_are_bars_largest_first() -> None:
+    from fieldguide.tui.model import declared_parts, part_bars
+
+    names = declared_parts("memory.breakdown")
+    assert "activations_share" in names and declared_parts("loop.steps") == ()
+    bars = part_bars({"activations_share": 0.75, "parameters_share": 0.25, "other_share": 0.0,
+                      "optimizer_state_share": None}, names, 20)
+    assert bars == [("activations", "█" * 15, "75%"), ("parameters", "█" * 5, "25%"), ("other", "", "0%")]

@@ -58,6 +58,9 @@ class Probe:
     # Live series the probe streams while it measures (name -> unit), drawn by the TUI as it
     # comes; the first two are the headline pair (e.g. step time and the wait inside it).
     series: ClassVar[dict[str, str]] = {}
+    # Values that are the parts of one whole (fractions summing to about 1), drawn as bars where
+    # the probe's evidence is shown (a breakdown of memory by category).
+    parts: ClassVar[tuple[str, ...]] = ()
     # Whether the probe can judge a target that has ended, from what was recorded while it
     # ran (the agent's streams); other probes are not run on an ended target.
     reads_history: ClassVar[bool] = False

@@ -161,6 +161,7 @@ class MemoryBreakdown(AgentProbe):
               "optimizer_state_share": "fraction", "parameters_share": "fraction", "other_share": "fraction",
               "activations_mb": "MB", "optimizer_state_mb": "MB", "parameters_mb": "MB", "gradients_mb": "MB",
               "other_mb": "MB", "requested_mb": "MB", "breakdown": ""}
+    parts = ("activations_share", "optimizer_state_share", "parameters_share", "other_share")
 
     def run(self, ctx: ProbeContext, timeout: float = 20.0) -> Measurement:
         started = time.monotonic()

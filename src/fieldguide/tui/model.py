@@ -200,6 +200,22 @@ def declared(probe_id: str | None) -> tuple[dict[str, str], dict[str, str]]:
     return dict(cls.series), dict(cls.values)
 
 
+def declared_parts(probe_id: str | None) -> tuple[str, ...]:
+    """The values a probe declares as parts of one whole (drawn as bars)."""
+    from fieldguide.probes import registry
+
+    cls = registry.get(probe_id or "")
+    return tuple(cls.parts) if cls is not None else ()
+
+
+def part_bars(values: dict[str, Any], names: tuple[str, ...], width: int) -> list[tuple[str, str, str]]:
+    """(label, bar, share) per part, largest first: a bar of `width` cells is the whole."""
+    found = [(name, float(values[name])) for name in names if isinstance(values.get(name), (int, float))]
+    found.sort(key=lambda item: item[1], reverse=True)
+    return [(label(name.removesuffix("_share")), "█" * max(round(share * width), 1 if share > 0 else 0),
+             f"{share:.0%}") for name, share in found]
+
+
 def label(name: str) -> str:
     """A value's name as a label: `data_wait_ms` -> `data wait ms`."""
     return name.replace("_", " ")

@@ -38,7 +38,15 @@ from fieldguide.tui.messages import (
     RemeasureRequested,
     RemeasureStatus,
 )
-from fieldguide.tui.model import declared, expectation_rows, label, numbers, series_lines
+from fieldguide.tui.model import (
+    declared,
+    declared_parts,
+    expectation_rows,
+    label,
+    numbers,
+    part_bars,
+    series_lines,
+)
 from fieldguide.tui.widgets.live import LiveReadings
 
 if TYPE_CHECKING:
@@ -151,6 +159,20 @@ class DepartureScreen(Screen[None]):
         return [Text.assemble((f"{line.label:<{label_w}}", "bold"), (line.drawing, line.style), line.suffix)
                 for line in lines]
 
+    def _bars(self) -> list[RenderableType]:
+        """Values a probe declares as parts of one whole (memory by category), as bars."""
+        lines: list[RenderableType] = []
+        for step in self.chain:
+            evidence = self.findings.evidence.get(step["node"], {})
+            names = declared_parts(evidence.get("probe"))
+            bars = part_bars(evidence.get("values") or {}, names, max(10, min(40, self.app.size.width - 30)))
+            if bars and not lines:
+                lines += [Text(""), Text(f"{step['node']}: shares of what was counted", style="bold")]
+                label_w = max(len(name) for name, _, _ in bars) + 1
+                lines += [Text.assemble((f"{name:<{label_w}}", "bold"), (bar, "magenta"), f" {share}")
+                          for name, bar, share in bars]
+        return lines
+
     def _evidence(self) -> Group:
         parts: list[RenderableType] = [Text(""), Text("Evidence", style="bold underline")]
         table, shown = self._evidence_table()
@@ -161,6 +183,7 @@ class DepartureScreen(Screen[None]):
         series = self._series()
         if series:
             parts += [Text(""), *series]
+        parts += self._bars()
         whose, stacks = self.findings.top_stacks([step["node"] for step in self.chain])
         if stacks:
             parts += [Text(""), Text(f"Top stacks ({whose}, innermost frame first)", style="bold")]
