@@ -1,6 +1,9 @@
 """What the in-process agent costs a training job: plain vs agent, side by side.
 
-usage: python benchmarks/agent_cost.py [--rounds 8] [--seconds 12]
+usage: python benchmarks/agent_cost.py [--rounds 8] [--seconds 12] [--arm memory]
+
+With --arm, the agent's named capabilities measure from the job's start, as the oom
+playbook asks (memory: a saved-tensor pack hook on every step's forward).
 
 Each round starts bench_target.py twice at the same moment, once plain and once
 with fieldguide's agent loaded (LaunchTarget, no probes), each on one intra-op
@@ -47,7 +50,7 @@ def parse(lines: list[str]) -> list[tuple[float, int]]:
     return rows
 
 
-def one_round(seconds: float, agent_first: bool) -> tuple[float, float, int]:
+def one_round(seconds: float, agent_first: bool, arm: tuple[str, ...] = ()) -> tuple[float, float, int]:
     from fieldguide.targets import LaunchTarget
 
     env = dict(os.environ, BENCH_SECONDS=str(seconds), PYTHONUNBUFFERED="1")
@@ -62,11 +65,11 @@ def one_round(seconds: float, agent_first: bool) -> tuple[float, float, int]:
         return proc
 
     if agent_first:
-        target = LaunchTarget([sys.executable, str(TARGET)], echo=agent_lines.append, env=env)
+        target = LaunchTarget([sys.executable, str(TARGET)], echo=agent_lines.append, env=env, arm=arm)
         plain = start_plain()
     else:
         plain = start_plain()
-        target = LaunchTarget([sys.executable, str(TARGET)], echo=agent_lines.append, env=env)
+        target = LaunchTarget([sys.executable, str(TARGET)], echo=agent_lines.append, env=env, arm=arm)
     plain.wait()
     target.popen.wait()
     time.sleep(0.5)
@@ -84,16 +87,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=12.0)
+    ap.add_argument("--arm", default="", help="agent capabilities armed from the start, e.g. memory")
     args = ap.parse_args()
+    arm = tuple(a for a in args.arm.split(",") if a)
     costs = []
     print("round  plain steps/s  agent steps/s  cost    agent saw")
     for i in range(args.rounds):
-        plain, agent, seen = one_round(args.seconds, agent_first=bool(i % 2))
+        plain, agent, seen = one_round(args.seconds, agent_first=bool(i % 2), arm=arm)
         cost = 1 - agent / plain
         costs.append(cost)
         print(f"{i + 1:>5}  {plain:13.1f}  {agent:13.1f}  {cost:+6.1%}  {seen} steps")
     q = statistics.quantiles(costs, n=4) if len(costs) >= 2 else [costs[0]] * 3
-    print(f"agent cost: median {statistics.median(costs):+.2%} over {len(costs)} rounds; "
+    print(f"agent{' armed: ' + args.arm if arm else ''} cost: median {statistics.median(costs):+.2%} over {len(costs)} rounds; "
           f"min {min(costs):+.2%}, quartiles {q[0]:+.2%} .. {q[2]:+.2%}, max {max(costs):+.2%}")
 
 
