@@ -165,3 +165,10 @@ def test_an_uncaught_exception_is_recorded_and_flushed(agent_and_host: tuple[Age
     assert exc["type"] == "MemoryError" and "Tried to allocate" in exc["message"]
     assert exc["where"].startswith("test_agent_core.py:")
     assert lifecycle.ended
+
+
+def test_capabilities_are_armed_by_name_with_options() -> None:
+    from fieldguide.agent.inside.core import parse_arm
+
+    assert parse_arm("memory:history, loop") == {"memory": frozenset({"history"}), "loop": frozenset()}
+    assert parse_arm("") == {}

@@ -280,8 +280,10 @@ def load_playbook(path: Path) -> Playbook:
     _check_acyclic(nodes, start, path)
     prefetch = _prefetch(data, nodes, path)
     arm = data.get("arm") or []
-    if not isinstance(arm, list) or not all(isinstance(a, str) and a.isidentifier() for a in arm):
-        raise PlaybookError(path, data.line_of("arm"), "must be a list of agent capability names", field="arm")
+    if not isinstance(arm, list) or not all(
+            isinstance(a, str) and all(part.isidentifier() for part in a.split(":")) for a in arm):
+        raise PlaybookError(path, data.line_of("arm"), "must be a list of agent capability names, each with "
+                            "optional :options (memory:history)", field="arm")
     return Playbook(
         id=playbook_id,
         title=_text(data, "title", path, None),

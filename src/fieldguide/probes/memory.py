@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 import time
 from typing import Any
@@ -142,6 +144,19 @@ def breakdown_values(b: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def keep_snapshot(path: str | None) -> str | None:
+    """The agent's allocator snapshot, copied beside the user (the job's temp dir goes with it):
+    open it at https://pytorch.org/memory_viz."""
+    if not path or not os.path.exists(path):
+        return None
+    kept = os.path.abspath(f"fieldguide-{os.path.basename(path)}")
+    try:
+        shutil.copyfile(path, kept)
+    except OSError:
+        return None
+    return kept
+
+
 def describe_breakdown(values: dict[str, Any]) -> str:
     parts = [f"{k.replace('_mb', '').replace('_', ' ')} {values[k]} MB" for k in
              ("activations_mb", "optimizer_state_mb", "parameters_mb", "gradients_mb", "other_mb")
@@ -160,7 +175,7 @@ class MemoryBreakdown(AgentProbe):
               "headroom_mb": "MB", "dominant": "", "dominant_share": "fraction", "activations_share": "fraction",
               "optimizer_state_share": "fraction", "parameters_share": "fraction", "other_share": "fraction",
               "activations_mb": "MB", "optimizer_state_mb": "MB", "parameters_mb": "MB", "gradients_mb": "MB",
-              "other_mb": "MB", "requested_mb": "MB", "breakdown": ""}
+              "other_mb": "MB", "requested_mb": "MB", "breakdown": "", "snapshot": ""}
     parts = ("activations_share", "optimizer_state_share", "parameters_share", "other_share")
 
     def run(self, ctx: ProbeContext, timeout: float = 20.0) -> Measurement:
@@ -191,6 +206,9 @@ class MemoryBreakdown(AgentProbe):
             values["oom"] = True
             values["requested_mb"] = mb(caught[-1].get("requested"))
         values["breakdown"] = describe_breakdown(values)
+        snapshot = keep_snapshot(next((e.get("snapshot") for e in [b, *caught] if e.get("snapshot")), None))
+        if snapshot:
+            values["snapshot"] = snapshot
         if b.get("tensor_bytes") == 0 and not any(b.get(k) for k in ("parameters", "activations", "other_tensors")):
             return self.cannot("the target holds no tensors: nothing of torch's to break down",
                                seconds=time.monotonic() - started)

@@ -40,8 +40,8 @@ class Capability:
     def tick(self) -> None:
         """On the agent thread before each flush (deadlines, fallbacks)."""
 
-    def arm(self) -> None:
-        """Measure from the job's start (fieldguide asked for it at launch: FIELDGUIDE_AGENT_ARM)."""
+    def arm(self, options: frozenset[str]) -> None:
+        """Measure from the job's start (fieldguide asked at launch: FIELDGUIDE_AGENT_ARM=name[:option...])."""
 
     def on_exception(self, exc: BaseException) -> None:
         """An uncaught exception is ending the job; its frames are still alive (before on_exit)."""

@@ -49,6 +49,16 @@ def allow_ptrace_by(pid: int) -> None:
         pass
 
 
+def parse_arm(text: str) -> dict[str, frozenset[str]]:
+    """"memory:history,loop" -> {"memory": {"history"}, "loop": {}}."""
+    armed: dict[str, frozenset[str]] = {}
+    for item in text.split(","):
+        name, *options = [part.strip() for part in item.split(":")]
+        if name:
+            armed[name] = armed.get(name, frozenset()) | frozenset(o for o in options if o)
+    return armed
+
+
 def capability_classes() -> list[type[Capability]]:
     """Every capability module in capabilities/, each exposing `CAPABILITY`."""
     from . import capabilities
@@ -136,8 +146,8 @@ class Agent:
                        name: {"requests": list(c.requests), "streams": list(c.streams)}
                        for name, c in self.capabilities.items()}})
         self._each("start", lambda c: c.start())
-        armed = {name.strip() for name in os.environ.get("FIELDGUIDE_AGENT_ARM", "").split(",") if name.strip()}
-        self._each("arm", lambda c: c.arm() if c.name in armed else None)
+        armed = parse_arm(os.environ.get("FIELDGUIDE_AGENT_ARM", ""))
+        self._each("arm", lambda c: c.arm(armed[c.name]) if c.name in armed else None)
 
     def hook_torch(self, torch: ModuleType) -> None:
         if self.torch is not None:

@@ -17,6 +17,7 @@ size go to the `events` stream before the job exits.
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import time
 from types import FrameType, ModuleType
@@ -28,7 +29,8 @@ from ..capability import Capability
 ROW_COLUMNS = ("step", "t", "rss", "vms", "cuda_allocated", "cuda_reserved")
 MAX_WATCH_SECONDS = 120.0
 STALL_SECONDS = 5.0
-RSS_EVERY = 1.0  # no step boundary this long after the window: answer with what there is
+RSS_EVERY = 1.0
+HISTORY_ENTRIES = 100_000  # allocation events kept for the snapshot (a ring buffer)  # no step boundary this long after the window: answer with what there is
 
 
 class Memory(Capability):
@@ -41,7 +43,7 @@ class Memory(Capability):
         self.events = self.agent.stream(self.name, "events")
         self.rss = self.agent.stream(self.name, "rss")  # once a second from the agent thread: the last seen
         self.rss_at = 0.0
-        self.armed = False
+        self.armed = self.history = False
         self.torch: ModuleType | None = None
         self.watch: dict[str, Any] | None = None
         self.breakdowns: collections.deque[Any] = collections.deque()
@@ -52,8 +54,9 @@ class Memory(Capability):
         self.peak_saved: dict[str, Any] = {}
         self.first_forward_hook: Any = None
 
-    def arm(self) -> None:
+    def arm(self, options: frozenset[str]) -> None:
         self.armed = True
+        self.history = "history" in options  # CUDA: record allocations, dump a snapshot at the OOM
 
     def hook_torch(self, torch: ModuleType) -> None:
         self.torch = torch
@@ -72,6 +75,8 @@ class Memory(Capability):
             self.first_forward_hook = register_module_forward_pre_hook(first_forward)
             self.agent.add_step_listener(self)
         self.attach_cuda_oom_observer(torch)
+        if self.history and torch.cuda.is_available():
+            torch.cuda.memory._record_memory_history(max_entries=HISTORY_ENTRIES)
 
     # -- saved tensors --------------------------------------------------------------------------
     def push_pack_hook(self) -> None:
@@ -250,8 +255,20 @@ class Memory(Capability):
         self.end_tracked_step()  # the hooks stay: the job is ending, and its thread-local stack may be gone
         result = self.breakdown(self.peak_saved if self.armed else {}, at="oom", saved_ptrs=in_flight)
         result.update(event="oom", error=type(exc).__name__, message=str(exc)[:300],
-                      requested=memread.requested_bytes(str(exc)), armed=self.armed)
+                      requested=memread.requested_bytes(str(exc)), armed=self.armed, snapshot=self.dump_snapshot())
         self.events.append(result)
+
+    def dump_snapshot(self) -> str | None:
+        """With recorded history, the allocator's snapshot for pytorch.org/memory_viz, beside our socket."""
+        if not self.history or self.torch is None or not self.torch.cuda.is_initialized():
+            return None
+        directory = os.path.dirname(os.environ.get("FIELDGUIDE_AGENT_SOCKET", "")) or "."
+        path = os.path.join(directory, f"memory-snapshot-{os.getpid()}.pickle")
+        try:
+            self.torch.cuda.memory._dump_snapshot(path)
+        except Exception:
+            return None
+        return path
 
     def attach_cuda_oom_observer(self, torch: ModuleType) -> None:
         """CUDA: the allocator calls us at an OOM even when the job catches the error."""
@@ -261,7 +278,8 @@ class Memory(Capability):
 
         def observer(device: int, alloc: int, device_allocated: int, device_free: int) -> None:
             self.events.append({"event": "cuda_oom", "device": device, "requested": alloc,
-                                "allocated": device_allocated, "free": device_free, "step": self.agent.step_count})
+                                "allocated": device_allocated, "free": device_free, "step": self.agent.step_count,
+                                "snapshot": self.dump_snapshot()})
 
         attach(observer)
 
