@@ -17,6 +17,22 @@ from fieldguide.probes.memfit import MB, growth, mb, sustained_rate, tightest
 SAMPLE_HZ = 5.0
 
 
+def tree_uss(pid: int) -> int | None:
+    """Unique bytes of the job and its children (smaps: slower, so read at the window's ends only).
+    Forked DataLoader workers share the parent's pages, which RSS counts once per process."""
+    try:
+        root = psutil.Process(pid)
+        total = 0
+        for proc in (root, *root.children(recursive=True)):
+            try:
+                total += proc.memory_full_info().uss
+            except psutil.NoSuchProcess:
+                pass
+        return total
+    except psutil.Error:  # gone, or smaps not readable (another user)
+        return None
+
+
 def tree_rss(pid: int) -> int | None:
     """Resident bytes of the job and its children (DataLoader workers); None once it is gone."""
     try:
@@ -39,7 +55,7 @@ class MemoryGrowthOutside(Probe):
     needs = frozenset({NEEDS_PROCESS})
     params = {"seconds": 10.0}
     values = {"growth_mb_per_min": "MB/min", "growth_fit_r2": "", "grew_mb": "MB", "used_mb": "MB",
-              "memory_kind": "", "samples": ""}
+              "memory_kind": "", "samples": "", "uss_mb": "MB", "uss_grew_mb": "MB"}
     series = {"used_mb": "MB"}
 
     def run(self, ctx: ProbeContext, seconds: float = 10.0) -> Measurement:
@@ -49,6 +65,7 @@ class MemoryGrowthOutside(Probe):
         seconds = min(seconds, max(ctx.budget_left - 2.0, 1.0))
         ts: list[float] = []
         used: list[float] = []
+        uss_first = tree_uss(pid)
         while time.monotonic() - started < seconds:
             rss = tree_rss(pid)
             if rss is None:
@@ -61,8 +78,11 @@ class MemoryGrowthOutside(Probe):
                     return self.cannot("cancelled")
                 return self.cannot(ctx.target.gone_reason(), applicable=False)
         trend = growth(ts, used)
+        uss_last = tree_uss(pid)
         values: dict[str, Any] = {"samples": len(used), "used_mb": mb(used[-1]) if used else None,
-                                  "memory_kind": "RSS of the job and its children"}
+                                  "memory_kind": "RSS of the job and its children",
+                                  "uss_mb": mb(uss_last), "uss_grew_mb": mb(uss_last - uss_first)
+                                  if uss_first is not None and uss_last is not None else None}
         missing: dict[str, str] = {}
         if trend is None:
             missing["growth_mb_per_min"] = f"{len(used)} samples: too few to fit a trend"
@@ -72,7 +92,8 @@ class MemoryGrowthOutside(Probe):
             values["grew_mb"] = round(trend.total / MB, 1)
         return self.measurement(values=values, missing=missing, evidence={"rss": [round(u) for u in used]},
                                 seconds=time.monotonic() - started,
-                                provenance=f"psutil memory_info().rss of the job and its children at {SAMPLE_HZ:.0f} Hz; "
+                                provenance=f"psutil memory_info().rss of the job and its children at {SAMPLE_HZ:.0f} Hz, "
+                                           "memory_full_info().uss at the window's ends; "
                                            "no tensor attribution from outside (launch the job for that)")
 
 
