@@ -19,6 +19,7 @@ from typing import Any
 PAGE = os.sysconf("SC_PAGE_SIZE")
 GRAPH_NODES_MAX = 50_000  # a census stops counting autograd nodes here (a leak is plain long before)
 GROUPS_KEPT = 12
+AGENT_DIR = os.path.dirname(os.path.abspath(__file__))  # our own frames hold nothing of the job's
 
 
 # -- the process ------------------------------------------------------------------------------
@@ -306,14 +307,22 @@ def _namespace_owner(mapping: dict[Any, Any], obj: Any, ignore: set[int]) -> str
     return None
 
 
-def holder(obj: Any, ignore: set[int], depth: int = 3) -> str | None:
-    """Name what keeps `obj` alive: a local, an attribute, a global, or a container held by one."""
+def holder(obj: Any, ignore: set[int], depth: int = 3, frames: list[FrameType] | None = None) -> str | None:
+    """Name what keeps `obj` alive: a local, an attribute, a global, or a container held by one.
+
+    `frames`: the running thread's frames, whose locals the collector does not show as
+    referrers (a running frame owns its locals), searched first."""
+    for frame in frames or ():
+        if not frame.f_code.co_filename.startswith(AGENT_DIR):
+            named = _frame_name(frame, obj)
+            if named:
+                return named
     ignore = ignore | {id(sys._getframe())}
     for ref in gc.get_referrers(obj):
         if id(ref) in ignore:
             continue
         if isinstance(ref, FrameType):
-            named = _frame_name(ref, obj) if ref.f_code.co_filename != __file__ else None
+            named = _frame_name(ref, obj) if not ref.f_code.co_filename.startswith(AGENT_DIR) else None
             if named:
                 return named
             continue
@@ -328,7 +337,7 @@ def holder(obj: Any, ignore: set[int], depth: int = 3) -> str | None:
             if key is not None:
                 return f"{type(ref).__name__}.{key}"
         if isinstance(ref, (list, tuple, set, dict, collections.deque)) and depth > 1:
-            outer = holder(ref, ignore | {id(ref)}, depth - 1)
+            outer = holder(ref, ignore | {id(ref)}, depth - 1, frames)
             if outer:
                 return f"a {type(ref).__name__} of {len(ref)} items kept by {outer}"
     return None

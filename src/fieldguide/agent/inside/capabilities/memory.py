@@ -187,14 +187,14 @@ class Memory(Capability):
                 for tensor in reversed(live):
                     if (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), tensor.device.type,
                             tensor.grad_fn is not None) == key:
-                        found = memread.holder(tensor, ignore)
+                        found = memread.holder(tensor, ignore, frames=frames)
                         if found:
                             named["growing"] = found
                             break
             graphs = [t for t in live if t.grad_fn is not None]
             if graphs:
                 biggest = max(graphs[-200:], key=lambda t: memread.graph_nodes([t]))
-                found = memread.holder(biggest, ignore | {id(graphs)})
+                found = memread.holder(biggest, ignore | {id(graphs)}, frames=frames)
                 if found:
                     named["graph"] = f"{found} ({type(biggest.grad_fn).__name__})"
         finally:
