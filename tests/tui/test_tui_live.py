@@ -38,15 +38,6 @@ def short_workloads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FIELDGUIDE_WORKLOAD_SECONDS", "100")
 
 
-@pytest.fixture
-def apps():
-    """Apps made by a test; whatever happens, their launched jobs are ended afterwards."""
-    made: list[FieldguideApp] = []
-    yield made
-    for app in made:
-        app.close_targets()
-
-
 def gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from tui_helpers import screen_text, wait_for
 
-from fieldguide.tui.app import FieldguideApp, make_app
+from fieldguide.tui.app import make_app
 from fieldguide.tui.screens.departure import DepartureScreen
 from fieldguide.tui.screens.walk import WalkScreen
 
@@ -47,14 +47,6 @@ BATCH_TOO_BIG = textwrap.dedent("""
         loss = model(x).square().mean()
         opt.zero_grad(); loss.backward(); opt.step()
 """)
-
-
-@pytest.fixture
-def apps():
-    made: list[FieldguideApp] = []
-    yield made
-    for app in made:
-        app.close_targets()
 
 
 async def test_a_leak_shows_memory_live_then_departs_naming_what_keeps_it(tmp_path: Path, apps) -> None:
