@@ -1,0 +1,69 @@
+"""How long a walk takes, over the zoo: launch mode, including each job's start.
+
+usage: python benchmarks/walk_times.py [--playbook slow-training] [--repeat 2] [--budget 30] [--only NAME ...]
+
+Each zoo workload declared for the playbook in launch mode is diagnosed `--repeat` times, one
+walk at a time. Printed: per workload the median wall time and whether the walk named what
+the workload declares, then the median over the zoo and the worst. With `--budget`, every
+walk runs under that budget (the contract: a walk ends within the budget, give or take one
+probe window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
+
+
+def one_walk(playbook: str, script: Path, budget: float | None) -> tuple[float, dict]:
+    report = Path(tempfile.mkdtemp(prefix="fgbench-")) / "r.json"
+    cmd = [*FIELDGUIDE, "diagnose", "--playbook", playbook, "--report", str(report)]
+    if budget is not None:
+        cmd += ["--budget", str(budget)]
+    t0 = time.monotonic()
+    subprocess.run([*cmd, "--", sys.executable, str(script)], capture_output=True, text=True,
+                   env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="120"), timeout=300)
+    seconds = time.monotonic() - t0
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return seconds, data
+
+
+def main() -> None:
+    from fieldguide import workloads
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--playbook", default="slow-training")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--budget", type=float)
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+    chosen = [d for _, d in sorted(workloads.declarations().items())
+              if d.playbook == args.playbook and "launch" in d.modes and (not args.only or d.name in args.only)]
+    medians = []
+    print(f"## {args.playbook} walks, launch mode, including the job's start"
+          + (f", --budget {args.budget:g}" if args.budget else ""))
+    for want in chosen:
+        times, right = [], 0
+        for _ in range(args.repeat):
+            seconds, data = one_walk(args.playbook, workloads.path(want.name), args.budget)
+            times.append(seconds)
+            got = (data.get("first_departure") or {}).get("cause") or data.get("conclusion")
+            right += data.get("verdict") == want.verdict and got == (want.cause or want.conclusion)
+        medians.append(statistics.median(times))
+        print(f"{want.name:<26} median {medians[-1]:5.1f} s  (runs {', '.join(f'{t:.1f}' for t in times)})  "
+              f"as declared {right}/{args.repeat}")
+    if medians:
+        print(f"over {len(medians)} workloads: median {statistics.median(medians):.1f} s, worst {max(medians):.1f} s")
+
+
+if __name__ == "__main__":
+    main()
