@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fieldguide-installed
 
-.PHONY: demo demo-headless test test-fast lint screenshots bench
+.PHONY: demo demo-headless test test-all test-fast lint screenshots bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -25,6 +25,9 @@ demo-headless: $(STAMP)
 	$(VENV)/bin/fieldguide demo --no-tui || [ $$? -eq 1 ]
 
 test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
