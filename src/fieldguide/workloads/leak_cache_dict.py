@@ -67,7 +67,7 @@ def main():
             else:
                 with torch.no_grad():
                     feats = encoder(wave)
-                for i, f in zip(ids, feats):
+                for i, f in zip(ids, feats, strict=True):
                     feature_cache[i] = f  # never evicted, and the ids never come back
             loss = F.cross_entropy(head(feats), labels)
             opt.zero_grad(set_to_none=True)
