@@ -74,7 +74,7 @@ def test_attach(tmp_path: Path, want: workloads.Declaration, workload_process) -
     assert data["target"]["kind"] == "attach"
     # No agent: the nodes that need it say so, and the walk goes on.
     skipped = [p for p in data["path"] if p["status"] == "skip"]
-    assert all("launch" in p["note"] for p in skipped)
+    assert all("launch" in p["note"] or "needs an NVIDIA GPU" in p["note"] for p in skipped), skipped
 
 
 def test_a_target_that_exits_mid_walk_is_reported_not_a_crash(tmp_path: Path) -> None:

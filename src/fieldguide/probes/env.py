@@ -71,6 +71,7 @@ def python_version_of(pid: int) -> str | None:
 class Environment(Probe):
     id = "env.versions"
     title = "Python, torch and CUDA versions of the target; CPU cores; GPUs through NVML"
+    reads_history = True  # the agent said its versions at hello: a job that died young still has them
     params = {}
     values = {"python": "", "torch": "", "cuda": "", "cpu_cores": "", "gpu_count": "", "nvml": ""}
 

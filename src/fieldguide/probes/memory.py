@@ -58,12 +58,18 @@ def growth_values(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
         kept = result.get("kept_by") or {}
         if top:
             values["what_grows"] = f"{top['added']} x {top['what']} in {span} steps (+{mb(top['added_bytes'])} MB)"
+            values["kept_by"] = kept.get("growing") or "not found"
         elif values["graph_nodes_kept_per_step"]:
             values["what_grows"] = (f"the autograd graph: +{census[1]['graph_nodes'] - census[0]['graph_nodes']} "
                                     f"nodes in {span} steps")
+            values["kept_by"] = kept.get("graph") or "not found"
         else:
-            values["what_grows"] = "no group of live tensors"
-        values["kept_by"] = (kept.get("growing") if top else kept.get("graph")) or "not found"
+            values["what_grows"] = "nothing: the same live tensors at both ends"
+            values["kept_by"] = "n/a"
+        if census[1].get("graph_capped"):
+            missing["graph_nodes_kept_per_step"] = (f"over {census[1]['graph_nodes']} autograd nodes alive at a step "
+                                                    "boundary: the count stops there, so their growth is not seen")
+            values.pop("graph_nodes_kept_per_step")
     else:
         why = "no second tensor census (no step boundary ended the window)" if not census else "one step only"
         for key in ("tensors_kept_per_step", "graph_nodes_kept_per_step", "tensor_growth_mb_per_min"):

@@ -55,7 +55,8 @@ class MemoryGrowthOutside(Probe):
     needs = frozenset({NEEDS_PROCESS})
     params = {"seconds": 10.0}
     values = {"growth_mb_per_min": "MB/min", "growth_fit_r2": "", "grew_mb": "MB", "used_mb": "MB",
-              "memory_kind": "", "samples": "", "uss_mb": "MB", "uss_grew_mb": "MB"}
+              "memory_kind": "", "samples": "", "uss_mb": "MB", "uss_grew_mb": "MB", "what_grows": "",
+              "kept_by": ""}
     series = {"used_mb": "MB"}
 
     def run(self, ctx: ProbeContext, seconds: float = 10.0) -> Measurement:
@@ -81,6 +82,8 @@ class MemoryGrowthOutside(Probe):
         uss_last = tree_uss(pid)
         values: dict[str, Any] = {"samples": len(used), "used_mb": mb(used[-1]) if used else None,
                                   "memory_kind": "RSS of the job and its children",
+                                  "what_grows": "the job's resident memory (from outside, tensors cannot be named)",
+                                  "kept_by": "not visible from outside: launch the job under fieldguide to name it",
                                   "uss_mb": mb(uss_last), "uss_grew_mb": mb(uss_last - uss_first)
                                   if uss_first is not None and uss_last is not None else None}
         missing: dict[str, str] = {}

@@ -17,7 +17,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
-GRAPH_NODES_MAX = 50_000  # a census stops counting autograd nodes here (a leak is plain long before)
+GRAPH_NODES_MAX = 300_000  # a census stops counting autograd nodes here (and says so)
 GROUPS_KEPT = 12
 AGENT_DIR = os.path.dirname(os.path.abspath(__file__))  # our own frames hold nothing of the job's
 
@@ -258,7 +258,8 @@ def census(torch: ModuleType, exclude: set[int] | None = None) -> dict[str, Any]
             total += found[1]
     nodes = graph_nodes([t for t in live if getattr(t, "grad_fn", None) is not None])
     del live
-    return {"groups": groups, "tensors": sum(g[0] for g in groups.values()), "bytes": total, "graph_nodes": nodes}
+    return {"groups": groups, "tensors": sum(g[0] for g in groups.values()), "bytes": total, "graph_nodes": nodes,
+            "graph_capped": nodes >= GRAPH_NODES_MAX}
 
 
 def describe_group(key: tuple[Any, ...]) -> str:

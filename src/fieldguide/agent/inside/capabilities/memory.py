@@ -30,6 +30,7 @@ ROW_COLUMNS = ("step", "t", "rss", "vms", "cuda_allocated", "cuda_reserved")
 MAX_WATCH_SECONDS = 120.0
 STALL_SECONDS = 5.0
 RSS_EVERY = 1.0
+HOLDER_TRIES = 5  # tensors of the growing group whose holders are looked for
 HISTORY_ENTRIES = 100_000  # allocation events kept for the snapshot (a ring buffer)  # no step boundary this long after the window: answer with what there is
 
 
@@ -163,7 +164,8 @@ class Memory(Capability):
         result: dict[str, Any] = {"rows": watch["rows"], "columns": list(ROW_COLUMNS)}
         if before is not None and after is not None:
             growing = memread.growing_groups(before, after)
-            result["census"] = [{k: c[k] for k in ("tensors", "bytes", "graph_nodes")} for c in (before, after)]
+            result["census"] = [{k: c[k] for k in ("tensors", "bytes", "graph_nodes", "graph_capped")}
+                                for c in (before, after)]
             result["growing"] = [{k: v for k, v in g.items() if k != "key"} for g in growing]
             result["kept_by"] = self.name_holders(growing, after)
         self.agent.reply(watch["id"], result)
@@ -183,14 +185,22 @@ class Memory(Capability):
         ignore.add(id(live))
         try:
             if growing:
+                # Several of the group, oldest first: the newest is often also a local of the loop
+                # (`logits`), while what keeps them all is the container the old ones sit in.
                 key = growing[0]["key"]
-                for tensor in reversed(live):
-                    if (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), tensor.device.type,
-                            tensor.grad_fn is not None) == key:
-                        found = memread.holder(tensor, ignore, frames=frames)
-                        if found:
-                            named["growing"] = found
-                            break
+                group = [t for t in live if (tuple(t.shape), str(t.dtype).replace("torch.", ""), t.device.type,
+                                             t.grad_fn is not None) == key]
+                ignore.add(id(group))
+                local = None
+                for tensor in group[:HOLDER_TRIES]:
+                    found = memread.holder(tensor, ignore, frames=frames)
+                    if found and ", a local of " in found and not found.startswith("a "):
+                        local = local or found
+                    elif found:
+                        named["growing"] = found
+                        break
+                if "growing" not in named and local:
+                    named["growing"] = local
             graphs = [t for t in live if t.grad_fn is not None]
             if graphs:
                 biggest = max(graphs[-200:], key=lambda t: memread.graph_nodes([t]))
