@@ -164,3 +164,48 @@ def test_the_oom_playbook_reaches_every_memory_cause_and_a_healthy_leaf() -> Non
     assert {"memory.leak_across_steps", "memory.fragmentation", "memory.activations", "memory.optimizer_state",
             "memory.other_process"} <= reachable
     assert "memory.fits" in playbook.leaves and playbook.arm == ("memory",)
+
+
+class FakeNvml:
+    """NVML as the sampler uses it: one GPU on which the job's process holds more each call."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.calls, self.shut = pid, 0, False
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Any]:
+        from types import SimpleNamespace
+
+        self.calls += 1
+        return [SimpleNamespace(pid=self.pid, usedGpuMemory=(1000 + 64 * self.calls) * MB),
+                SimpleNamespace(pid=1, usedGpuMemory=5000 * MB)]
+
+
+def test_the_jobs_gpu_memory_is_sampled_once_a_second_and_its_growth_fitted() -> None:
+    import os
+
+    from fieldguide.probes.memory_outside import GpuSampler
+
+    nvml = FakeNvml(os.getpid())
+    sampler = GpuSampler(os.getpid(), module=nvml)
+    for second in range(20):
+        sampler.sample(100.0 + second)
+        sampler.sample(100.5 + second)  # within the second: not sampled again
+    sampler.close()
+    assert nvml.calls == 20 and nvml.shut
+    assert sampler.used[0] == 1064 * MB  # the job's process only, not pid 1's
+    assert sustained_rate(growth(sampler.ts, sampler.used)) == pytest.approx(64 * MB)

@@ -56,7 +56,7 @@ class MemoryGrowthOutside(Probe):
     params = {"seconds": 10.0}
     values = {"growth_mb_per_min": "MB/min", "growth_fit_r2": "", "grew_mb": "MB", "used_mb": "MB",
               "memory_kind": "", "samples": "", "uss_mb": "MB", "uss_grew_mb": "MB", "what_grows": "",
-              "kept_by": ""}
+              "kept_by": "", "gpu_used_mb": "MB"}
     series = {"used_mb": "MB"}
 
     def run(self, ctx: ProbeContext, seconds: float = 10.0) -> Measurement:
@@ -66,6 +66,7 @@ class MemoryGrowthOutside(Probe):
         seconds = min(seconds, max(ctx.budget_left - 2.0, 1.0))
         ts: list[float] = []
         used: list[float] = []
+        gpu = GpuSampler(pid)
         uss_first = tree_uss(pid)
         while time.monotonic() - started < seconds:
             rss = tree_rss(pid)
@@ -73,6 +74,7 @@ class MemoryGrowthOutside(Probe):
                 return self.cannot(ctx.target.gone_reason(), applicable=False)
             ts.append(time.monotonic())
             used.append(float(rss))
+            gpu.sample(ts[-1])
             self.reading(ctx, elapsed=ts[-1] - started, of=seconds, series={"used_mb": [u / MB for u in used[-60:]]})
             if not ctx.sleep(1.0 / SAMPLE_HZ):
                 if ctx.cancelled.is_set():
@@ -93,11 +95,75 @@ class MemoryGrowthOutside(Probe):
             values["growth_mb_per_min"] = round((sustained_rate(trend) or 0.0) * 60 / MB, 2)
             values["growth_fit_r2"] = round(trend.r2, 3)
             values["grew_mb"] = round(trend.total / MB, 1)
-        return self.measurement(values=values, missing=missing, evidence={"rss": [round(u) for u in used]},
+        gpu.close()
+        gpu_trend = growth(gpu.ts, gpu.used)
+        if gpu_trend is not None:
+            # The job's GPU memory as NVML sees it (its allocator's reservations): the larger growth decides.
+            values["gpu_used_mb"] = mb(gpu.used[-1])
+            gpu_rate = round((sustained_rate(gpu_trend) or 0.0) * 60 / MB, 2)
+            if trend is None or gpu_rate > values["growth_mb_per_min"]:
+                values.update(growth_mb_per_min=gpu_rate, growth_fit_r2=round(gpu_trend.r2, 3),
+                              grew_mb=round(gpu_trend.total / MB, 1), memory_kind="GPU memory of the job (NVML)")
+                missing.pop("growth_mb_per_min", None)
+        return self.measurement(values=values, missing=missing, evidence={"rss": [round(u) for u in used],
+                                                                          "gpu_used": [round(u) for u in gpu.used]},
                                 seconds=time.monotonic() - started,
                                 provenance=f"psutil memory_info().rss of the job and its children at {SAMPLE_HZ:.0f} Hz, "
                                            "memory_full_info().uss at the window's ends; "
+                                           f"{gpu.provenance}; "
                                            "no tensor attribution from outside (launch the job for that)")
+
+
+class GpuSampler:
+    """The job's GPU memory per NVML, once a second; silent (and says why) without NVML."""
+
+    def __init__(self, pid: int, module: Any | None = None) -> None:
+        self.pid = pid
+        self.ts: list[float] = []
+        self.used: list[float] = []
+        self.last = 0.0
+        self.nvml: Any = module
+        self.provenance = "no GPU memory sampled: "
+        if self.nvml is None:
+            try:
+                import pynvml
+
+                self.nvml = pynvml
+            except ImportError:
+                self.provenance += "nvidia-ml-py is not installed"
+                return
+        try:
+            self.nvml.nvmlInit()
+            self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+            self.provenance = "NVML per-process used GPU memory once a second"
+        except Exception as err:
+            self.provenance += f"NVML unavailable: {err}"
+            self.nvml = None
+
+    def sample(self, now: float) -> None:
+        if self.nvml is None or now - self.last < 1.0:
+            return
+        self.last = now
+        try:
+            job = {self.pid, *(c.pid for c in psutil.Process(self.pid).children(recursive=True))}
+            total = 0
+            for handle in self.handles:
+                for proc in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if proc.pid in job and proc.usedGpuMemory:
+                        total += proc.usedGpuMemory
+        except Exception:
+            return
+        if total:
+            self.ts.append(now)
+            self.used.append(float(total))
+
+    def close(self) -> None:
+        if self.nvml is not None:
+            try:
+                self.nvml.nvmlShutdown()
+            except Exception:
+                pass
+            self.nvml = None
 
 
 @register
