@@ -1,65 +1,108 @@
-"""The agent's per-step cost, hook by hook, in microseconds (min of repeats: robust on a noisy box).
+"""The agent's per-step cost on the training thread, in microseconds, with and without its hooks
+interleaved (this box drifts by tens of microseconds between back-to-back timings).
 
-usage: python benchmarks/agent_hooks.py
+usage: python benchmarks/agent_hooks.py [--rounds 31]
 
-What a training step pays for the agent is what its hooks do on the training thread:
-the optimizer step post-hook (a step boundary), and the DataLoader __next__ wrapper
-(the wait for a batch). Each is timed against the same call without it, interleaved.
-Divide by your step time for the share: 3 us of a 10 ms step is 0.03%.
+A tiny training step (a 64->64 MLP on one fixed batch, ~0.25 ms: the worst case for a per-step
+cost) is timed in blocks, round after round, three ways: plain; with the agent's torch hooks as
+a launch installs them (the optimizer step pre/post-hooks that end a step, the wrapper on
+torch.autograd.backward, the forward pre-hook on the outermost module, the torch.save and
+DataLoader wrappers); and with the memory capability armed as the oom playbook arms it (a
+saved-tensor pack hook). The hooks are switched off and on between blocks by swapping them
+out, so each round compares the three on the same machine state, in a rotating order. Printed: the median of the
+per-round differences, with quartiles; divide by your step time for the share.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import socket
-import timeit
+import statistics
+import threading
+import time
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset, dataloader
+from torch.nn.modules import module as nn_module
+from torch.optim import optimizer as optim_module
 
 from fieldguide.agent.inside.core import Agent
 
-REPEATS = 7
-
-
-def best(fn, number: int) -> float:
-    return min(timeit.repeat(fn, number=number, repeat=REPEATS)) / number * 1e6
+BLOCK = 300
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=31)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 64)
+
+    def step() -> None:
+        loss = model(x).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
     inside, outside = socket.socketpair()
+    threading.Thread(target=lambda: [None for _ in iter(lambda: outside.recv(65536), b"")], daemon=True).start()
+    os.environ["FIELDGUIDE_AGENT_ARM"] = ""
+    plain_backward = torch.autograd.backward
     agent = Agent(inside)
     agent.start()
-    loop = agent.capabilities["loop"]
-    torch.set_num_threads(1)
-    model = torch.nn.Linear(4, 2)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    threading.Thread(target=agent.serve, daemon=True).start()
+    agent.hook_torch(torch)
+    for _ in range(30):
+        step()  # past the discovery of the outermost module
+    memory = agent.capabilities["memory"]
+    memory.arm(frozenset())
+    hooked = {"backward": torch.autograd.backward, "pre": dict(optim_module._global_optimizer_pre_hooks),
+              "post": dict(optim_module._global_optimizer_post_hooks), "forward": dict(model._forward_pre_hooks)}
 
-    plain_step = best(opt.step, 20000)
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    def switch(on: bool, armed: bool = False) -> None:
+        torch.autograd.backward = hooked["backward"] if on else plain_backward
+        for table, key in ((optim_module._global_optimizer_pre_hooks, "pre"),
+                           (optim_module._global_optimizer_post_hooks, "post"),
+                           (model._forward_pre_hooks, "forward")):
+            table.clear()
+            if on:
+                table.update(hooked[key])
+        if armed and not memory.tracking:
+            memory.push_pack_hook()
+        elif not armed and memory.tracking:
+            memory.pop_pack_hook()
+        assert not nn_module._global_forward_pre_hooks
 
-    handle = register_optimizer_step_post_hook(loop.on_optimizer_step)
-    hooked_step = best(opt.step, 20000)
-    handle.remove()
-    loop.steps.clear()
+    def block() -> float:
+        t0 = time.perf_counter()
+        for _ in range(BLOCK):
+            step()
+        return (time.perf_counter() - t0) / BLOCK * 1e6
 
-    loader = DataLoader(TensorDataset(torch.randn(4096, 4)), batch_size=1)
+    plain, hooks, armed = [], [], []
+    conditions = [(plain, False, False), (hooks, True, False), (armed, True, True)]
+    for i in range(args.rounds):
+        for times, on, arm in conditions[i % 3:] + conditions[:i % 3]:  # each order as often
+            switch(on, armed=arm)
+            times.append(block())
+        switch(True)
+    agent.disabled = True
 
-    def epoch() -> None:
-        for _ in loader:
-            pass
+    def spread(diffs: list[float]) -> str:
+        q = statistics.quantiles(diffs, n=4)
+        return f"{statistics.median(diffs):+.1f} us (quartiles {q[0]:+.1f} .. {q[2]:+.1f})"
 
-    base_next, base_iter = dataloader._BaseDataLoaderIter.__next__, dataloader.DataLoader.__iter__
-    plain_batch = best(epoch, 3) / len(loader)
-    loop.primary_optimizer = 1  # as in a job that steps an optimizer: batches are not boundaries
-    loop.patch_dataloader()
-    hooked_batch = best(epoch, 3) / len(loader)
-    dataloader._BaseDataLoaderIter.__next__, dataloader.DataLoader.__iter__ = base_next, base_iter
-    print(f"optimizer.step      {plain_step:7.2f} us plain, {hooked_step:7.2f} us with the agent's post-hook: "
-          f"{hooked_step - plain_step:+.2f} us per step")
-    print(f"DataLoader batch    {plain_batch:7.2f} us plain, {hooked_batch:7.2f} us with the agent's wrapper: "
-          f"{hooked_batch - plain_batch:+.2f} us per batch")
-    print(f"per step in all: {hooked_step - plain_step + hooked_batch - plain_batch:+.2f} us "
-          f"({(hooked_step - plain_step + hooked_batch - plain_batch) / 10_000:.3%} of a 10 ms step)")
+    step_us = statistics.median(plain)
+    hook_cost = [h - p for h, p in zip(hooks, plain, strict=True)]
+    arm_cost = [a - h for a, h in zip(armed, hooks, strict=True)]
+    print(f"tiny step plain: median {step_us:.1f} us over {args.rounds} rounds of {BLOCK} steps")
+    print(f"the agent's hooks:      {spread(hook_cost)} per step")
+    print(f"memory armed (oom):     {spread(arm_cost)} per step more")
+    for step_ms in (step_us / 1000, 1.0, 10.0):
+        print(f"share of a {step_ms:.2f} ms step: hooks {statistics.median(hook_cost) / (step_ms * 1000):.2%}, "
+              f"armed memory {statistics.median(arm_cost) / (step_ms * 1000):.2%}")
     inside.close()
     outside.close()
 
