@@ -83,9 +83,9 @@ class TrainingActivity(Probe):
         started = time.monotonic()
         windows = [ctx.measure("stacks.sample", {})]
         if windows[0].ok and self._counts(windows)[0] == 0 and self._counts(windows)[1] > 0:
-            # Forwards but no backward yet: a loop mostly waiting shows backward in few samples.
-            # One more window before calling it a model being served.
-            windows.append(ctx.measure("stacks.sample", {"seconds": 8.0}))
+            # Forwards but no backward yet. A loop that waits for data 98% of the time shows backward in a sample or two a second:
+            # look longer and denser before calling it a model being served.
+            windows.append(ctx.measure("stacks.sample", {"seconds": 8.0, "rate": 50}))
         usable = [w for w in windows if w.ok]
         if not usable:
             return self.cannot(f"stack samples needed: {windows[0].unavailable}", seconds=time.monotonic() - started)
@@ -108,6 +108,9 @@ class TrainingActivity(Probe):
         for w in windows:
             n = w.values.get("samples") or 0
             samples += n
-            training += round(((w.values.get("backward_fraction") or 0) + (w.values.get("optimizer_fraction") or 0)) * n)
-            forward += round((w.values.get("forward_fraction") or 0) * n)
+            train_share = (w.values.get("backward_fraction") or 0) + (w.values.get("optimizer_fraction") or 0)
+            forward_share = w.values.get("forward_fraction") or 0
+            # A share above zero is at least one sample, however it was rounded.
+            training += max(round(train_share * n), 1) if train_share > 0 else 0
+            forward += max(round(forward_share * n), 1) if forward_share > 0 else 0
         return training, forward, samples
