@@ -79,7 +79,7 @@ class Agent:
         self.sock = sock
         self.send_lock = threading.Lock()
         self.outbox: collections.deque[dict[str, Any]] = collections.deque()
-        self._streams: list[tuple[str, str, collections.deque[Any]]] = []
+        self._streams: list[tuple[str, str, collections.deque[Any], Callable[[Any], Any] | None]] = []
         # Capabilities that want the next step boundaries (a pending request, a running profile).
         self.step_listeners: list[Capability] = []
         self.step_count = 0
@@ -103,10 +103,14 @@ class Agent:
         return cls(sock)
 
     # -- what capabilities call ------------------------------------------------------
-    def stream(self, capability: str, name: str) -> collections.deque[Any]:
-        """A deque the training thread appends to; its items reach fieldguide in order."""
+    def stream(self, capability: str, name: str,
+               shape: Callable[[Any], Any] | None = None) -> collections.deque[Any]:
+        """A deque the training thread appends to; its items reach fieldguide in order.
+
+        `shape` (rounding, say) is applied on the agent's thread as the items are sent, so the
+        training thread only appends."""
         queue: collections.deque[Any] = collections.deque()
-        self._streams.append((capability, name, queue))
+        self._streams.append((capability, name, queue, shape))
         return queue
 
     def reply(self, request_id: Any, result: dict[str, Any]) -> None:
@@ -238,8 +242,10 @@ class Agent:
         return items
 
     def flush(self) -> None:
-        for capability, name, queue in self._streams:
+        for capability, name, queue, shape in self._streams:
             items = self._drain(queue)
+            if shape is not None:
+                items = [shape(item) for item in items]
             if items:
                 self.send({"type": "stream", "capability": capability, "name": name, "items": items})
         for message in self._drain(self.outbox):

@@ -47,13 +47,18 @@ MAX_SAMPLE_SECONDS = 60.0
 MAX_SAMPLE_RATE = 100.0
 
 
+def round_row(row: list[Any]) -> list[Any]:
+    """Microseconds are plenty; rounded on the agent's thread, not the training thread's."""
+    return [round(v, 6) if isinstance(v, float) else v for v in row]
+
+
 class LoopTiming(Capability):
     name = "loop"
     streams = ("steps", "iters", "signals")
     requests = ("input_stacks",)
 
     def start(self) -> None:
-        self.steps = self.agent.stream(self.name, "steps")
+        self.steps = self.agent.stream(self.name, "steps", shape=round_row)
         self.iters = self.agent.stream(self.name, "iters")
         self.signals = self.agent.stream(self.name, "signals")
         self.last_boundary: float | None = None
@@ -93,10 +98,9 @@ class LoopTiming(Capability):
             self.kind, self.last_boundary = kind, None  # a better signal: start over with it
             self.signals.append({"boundary": kind, "t": now})
         if self.last_boundary is not None:
-            input_s = round(self.input_s, 6) if self.forwards else None
-            self.steps.append([round(now, 6), round(now - self.last_boundary, 6), round(self.loader_wait, 6), kind,
-                               input_s, round(self.input_cpu, 6), round(self.loader_cpu, 6), self.backwards,
-                               self.closures, self.forwards, round(self.save_s, 6)])
+            self.steps.append([now, now - self.last_boundary, self.loader_wait, kind,
+                               self.input_s if self.forwards else None, self.input_cpu, self.loader_cpu,
+                               self.backwards, self.closures, self.forwards, self.save_s])
         self.last_boundary = now
         self.train_thread = threading.get_ident()
         self.loader_wait = self.loader_cpu = self.input_s = self.input_cpu = self.save_s = 0.0
