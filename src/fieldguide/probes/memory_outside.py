@@ -33,19 +33,28 @@ def tree_uss(pid: int) -> int | None:
         return None
 
 
-def tree_rss(pid: int) -> int | None:
-    """Resident bytes of the job and its children (DataLoader workers); None once it is gone."""
+def main_rss(pid: int) -> int | None:
+    """Resident bytes of the job's own process; None once it is gone."""
     try:
-        root = psutil.Process(pid)
-        total = root.memory_info().rss
-        for child in root.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
+        return int(psutil.Process(pid).memory_info().rss)
     except psutil.Error:
         return None
+
+
+def children_uss(pid: int) -> int:
+    """Unique bytes of the job's children (DataLoader workers). Not their RSS: a forked worker's
+    RSS grows as it touches pages it shares with the job, which is no new memory at all."""
+    total = 0
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return 0
+    for child in children:
+        try:
+            total += child.memory_full_info().uss
+        except psutil.Error:
+            pass
+    return total
 
 
 @register
@@ -68,12 +77,15 @@ class MemoryGrowthOutside(Probe):
         used: list[float] = []
         gpu = GpuSampler(pid)
         uss_first = tree_uss(pid)
+        workers, workers_at = children_uss(pid), time.monotonic()
         while time.monotonic() - started < seconds:
-            rss = tree_rss(pid)
+            rss = main_rss(pid)
             if rss is None:
                 return self.cannot(ctx.target.gone_reason(), applicable=False)
             ts.append(time.monotonic())
-            used.append(float(rss))
+            if ts[-1] - workers_at >= 1.0:  # smaps is slow to read: the workers once a second
+                workers, workers_at = children_uss(pid), ts[-1]
+            used.append(float(rss + workers))
             gpu.sample(ts[-1])
             self.reading(ctx, elapsed=ts[-1] - started, of=seconds, series={"used_mb": [u / MB for u in used[-60:]]})
             if not ctx.sleep(1.0 / SAMPLE_HZ):
@@ -83,7 +95,7 @@ class MemoryGrowthOutside(Probe):
         trend = growth(ts, used)
         uss_last = tree_uss(pid)
         values: dict[str, Any] = {"samples": len(used), "used_mb": mb(used[-1]) if used else None,
-                                  "memory_kind": "RSS of the job and its children",
+                                  "memory_kind": "RSS of the job (USS of its workers)",
                                   "what_grows": "the job's resident memory (from outside, tensors cannot be named)",
                                   "kept_by": "not visible from outside: launch the job under fieldguide to name it",
                                   "uss_mb": mb(uss_last), "uss_grew_mb": mb(uss_last - uss_first)
@@ -108,7 +120,8 @@ class MemoryGrowthOutside(Probe):
         return self.measurement(values=values, missing=missing, evidence={"rss": [round(u) for u in used],
                                                                           "gpu_used": [round(u) for u in gpu.used]},
                                 seconds=time.monotonic() - started,
-                                provenance=f"psutil memory_info().rss of the job and its children at {SAMPLE_HZ:.0f} Hz, "
+                                provenance=f"psutil memory_info().rss of the job at {SAMPLE_HZ:.0f} Hz plus its workers' USS "
+                                           "(memory_full_info) once a second, "
                                            "memory_full_info().uss at the window's ends; "
                                            f"{gpu.provenance}; "
                                            "no tensor attribution from outside (launch the job for that)")
