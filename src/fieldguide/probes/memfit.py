@@ -13,6 +13,7 @@ from typing import Any
 from fieldguide.probes.stats import median
 
 MB = 2**20
+MIN_R2 = 0.5  # growth that a line explains less well than this is noise, not a trend
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,16 @@ def growth(xs: Sequence[float], ys: Sequence[float]) -> Growth | None:
     """The trend of a memory series; None with fewer than 6 points.
 
     A leak is growth that persists: the slope alone is fooled by one late allocation,
-    so the window is cut in thirds and each must sit above the one before (medians)."""
+    so the window is cut in thirds and each must sit above the one before (medians), and
+    a straight line must explain at least half of the variance (allocator noise of a few MB
+    makes three rising medians by chance one time in six)."""
     if len(xs) < 6 or len(xs) != len(ys):
         return None
     slope, r2 = fit_line(xs, ys)
     third = len(ys) // 3
     parts = [median(ys[:third]), median(ys[third:2 * third]), median(ys[2 * third:])]
     a, b, c = (float(p or 0.0) for p in parts)
-    return Growth(slope=slope, r2=r2, sustained=a < b < c, total=c - a, points=len(xs))
+    return Growth(slope=slope, r2=r2, sustained=a < b < c and r2 >= MIN_R2, total=c - a, points=len(xs))
 
 
 def sustained_rate(g: Growth | None) -> float | None:
