@@ -222,3 +222,14 @@ def test_noise_that_happens_to_rise_in_thirds_is_not_a_leak() -> None:
     assert thirds[0] < thirds[1] < thirds[2], "the case this test is about: rising medians by chance"
     assert g is not None and g.r2 < 0.5
     assert sustained_rate(g) == 0.0
+
+
+def test_the_floor_of_each_second_drops_the_spikes_of_temporaries() -> None:
+    from fieldguide.probes.memfit import floors
+
+    ts = [i * 0.2 for i in range(50)]  # 5 Hz for 10 s
+    leak = [300 * MB + 1 * MB * t + (40 * MB if i % 3 == 0 else 0) for i, t in enumerate(ts)]
+    bins_t, bins_y = floors(ts, leak)
+    assert len(bins_t) == 10 and all(y < 300 * MB + 11 * MB for y in bins_y)  # no spike survives
+    g = growth(bins_t, bins_y)
+    assert g is not None and g.r2 > 0.95 and sustained_rate(g) == pytest.approx(MB, rel=0.1)

@@ -57,6 +57,18 @@ def growth(xs: Sequence[float], ys: Sequence[float]) -> Growth | None:
     return Growth(slope=slope, r2=r2, sustained=a < b < c and r2 >= MIN_R2, total=c - a, points=len(xs))
 
 
+def floors(ts: Sequence[float], ys: Sequence[float], width: float = 1.0) -> tuple[list[float], list[float]]:
+    """The lowest value in each `width`-second bin: what stays allocated, without the spikes of
+    temporaries that come and go within a step (the floor of a leaking job rises; a healthy one's is flat)."""
+    bins: dict[int, tuple[float, float]] = {}
+    for t, y in zip(ts, ys, strict=True):
+        key = int((t - ts[0]) // width)
+        if key not in bins or y < bins[key][1]:
+            bins[key] = (t, y)
+    ordered = [bins[k] for k in sorted(bins)]
+    return [t for t, _ in ordered], [y for _, y in ordered]
+
+
 def sustained_rate(g: Growth | None) -> float | None:
     """Bytes per unit of x that persist across the window, 0 when the growth does not."""
     if g is None:

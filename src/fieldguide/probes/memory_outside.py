@@ -12,7 +12,7 @@ from fieldguide.agent.inside import memread
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_GPU, NEEDS_PROCESS, Probe, ProbeContext
-from fieldguide.probes.memfit import MB, growth, mb, sustained_rate, tightest
+from fieldguide.probes.memfit import MB, floors, growth, mb, sustained_rate, tightest
 
 SAMPLE_HZ = 5.0
 
@@ -92,7 +92,7 @@ class MemoryGrowthOutside(Probe):
                 if ctx.cancelled.is_set():
                     return self.cannot("cancelled")
                 return self.cannot(ctx.target.gone_reason(), applicable=False)
-        trend = growth(ts, used)
+        trend = growth(*floors(ts, used)) if used else None
         uss_last = tree_uss(pid)
         values: dict[str, Any] = {"samples": len(used), "used_mb": mb(used[-1]) if used else None,
                                   "memory_kind": "RSS of the job (USS of its workers)",
