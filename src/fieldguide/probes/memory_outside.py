@@ -21,14 +21,7 @@ def tree_uss(pid: int) -> int | None:
     """Unique bytes of the job and its children (smaps: slower, so read at the window's ends only).
     Forked DataLoader workers share the parent's pages, which RSS counts once per process."""
     try:
-        root = psutil.Process(pid)
-        total = 0
-        for proc in (root, *root.children(recursive=True)):
-            try:
-                total += proc.memory_full_info().uss
-            except psutil.NoSuchProcess:
-                pass
-        return total
+        return int(psutil.Process(pid).memory_full_info().uss) + children_uss(pid)
     except psutil.Error:  # gone, or smaps not readable (another user)
         return None
 

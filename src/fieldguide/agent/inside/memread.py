@@ -235,6 +235,23 @@ def graph_nodes(roots: list[Any]) -> int:
     return len(seen)
 
 
+def group_key(tensor: Any) -> tuple[Any, ...]:
+    """What a census groups a tensor by: shape, dtype, device, and whether it holds a graph."""
+    return (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), tensor.device.type,
+            tensor.grad_fn is not None)
+
+
+def cuda_used(torch: ModuleType) -> tuple[int, int] | None:
+    """Allocated and reserved bytes on the current device, cheap enough for every step of a
+    window (no allocator stats dump, no cudaMemGetInfo); None where CUDA is not in use."""
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return None
+        return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    except Exception:
+        return None
+
+
 def census(torch: ModuleType, exclude: set[int] | None = None) -> dict[str, Any]:
     """Live tensors grouped by (shape, dtype, device, holds a graph): count and unique bytes.
 
@@ -245,8 +262,7 @@ def census(torch: ModuleType, exclude: set[int] | None = None) -> dict[str, Any]
     live = tensors(torch)
     for tensor in live:
         try:
-            key = (tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""), tensor.device.type,
-                   tensor.grad_fn is not None)
+            key = group_key(tensor)
         except Exception:
             continue
         group = groups.setdefault(key, [0, 0])

@@ -81,7 +81,7 @@ class Memory(Capability):
 
     # -- saved tensors --------------------------------------------------------------------------
     def push_pack_hook(self) -> None:
-        """On the training thread (import or a step boundary): saved tensors pass through `pack`."""
+        """On the training thread (its first forward, or a step boundary): saved tensors pass through `pack`."""
         if self.tracking or self.torch is None:
             return
         parameter = self.torch.nn.Parameter
@@ -142,9 +142,9 @@ class Memory(Capability):
 
     def row(self) -> list[Any]:
         rss, vms = memread.rss_vms()
-        cuda = memread.cuda_memory(self.torch) if self.torch is not None else None
+        cuda = memread.cuda_used(self.torch) if self.torch is not None else None
         return [self.agent.step_count, round(time.monotonic(), 4), rss, vms,
-                cuda["allocated"] if cuda else None, cuda["reserved"] if cuda else None]
+                cuda[0] if cuda else None, cuda[1] if cuda else None]
 
     def watch_step(self, watch: dict[str, Any]) -> None:
         assert self.torch is not None
@@ -173,7 +173,8 @@ class Memory(Capability):
     def name_holders(self, growing: list[dict[str, Any]], after: dict[str, Any]) -> dict[str, str]:
         """Who keeps the fastest-growing group alive, and the tensor holding the largest graph."""
         assert self.torch is not None
-        # Materialise the training thread's frames, so that their locals show up as referrers.
+        # The training thread's own frames: a running frame's locals are no referrers, so the
+        # holder search looks in them directly.
         frames = []
         frame: FrameType | None = sys._getframe()
         while frame is not None:
@@ -188,8 +189,7 @@ class Memory(Capability):
                 # Several of the group, oldest first: the newest is often also a local of the loop
                 # (`logits`), while what keeps them all is the container the old ones sit in.
                 key = growing[0]["key"]
-                group = [t for t in live if (tuple(t.shape), str(t.dtype).replace("torch.", ""), t.device.type,
-                                             t.grad_fn is not None) == key]
+                group = [t for t in live if memread.group_key(t) == key]
                 ignore.add(id(group))
                 local = None
                 for tensor in group[:HOLDER_TRIES]:
@@ -218,15 +218,12 @@ class Memory(Capability):
             self.push_pack_hook()
             return
         self.breakdowns.popleft()
-        result = self.breakdown(self.peak_saved if self.armed else self.last_saved())
+        result = self.breakdown(self.peak_saved)
         if not self.armed:
             self.pop_pack_hook()
         self.agent.reply(pending["id"], result)
         while self.breakdowns:  # others asked meanwhile: the same step answers them
             self.agent.reply(self.breakdowns.popleft()["id"], result)
-
-    def last_saved(self) -> dict[str, Any]:
-        return dict(self.peak_saved)
 
     def breakdown(self, saved: dict[str, Any], at: str = "step", saved_ptrs: set[int] | None = None) -> dict[str, Any]:
         assert self.torch is not None
