@@ -272,7 +272,7 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
     from fieldguide.playbook import find_playbook
     from fieldguide.report import write_report
     from fieldguide.report.summary import summary_renderable
-    from fieldguide.session import DEFAULT_BUDGET, Session, open_target
+    from fieldguide.session import Session, launch_env, open_target
 
     playbook = find_playbook(playbook_id)  # bad playbooks and report paths fail before anything starts
     if budget is not None and not (math.isfinite(budget) and budget > 0):
@@ -287,8 +287,8 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
     interrupted = False
     target = None
     try:
-        target = open_target(pid, cmd, echo=echo, arm=playbook.arm)
-        session = Session(playbook, target, budget=budget or DEFAULT_BUDGET)
+        target = open_target(pid, cmd, echo=echo, arm=playbook.arm, extra_env=launch_env(playbook, report))
+        session = Session(playbook, target, budget=budget or 0.0)
         where = f"pid {target.pid}" if pid else " ".join(cmd) or "machine"
         err.print(f"[bold]fieldguide[/] {playbook.id} on {target.kind} {where}")
 

@@ -138,6 +138,9 @@ class Walk:
             edge = node.on_pass
         elif result.status == DEPART:
             edge = node.on_depart
+            if edge.kind == "stop":  # what was measured puts the target outside this playbook
+                self._stop_inconclusive(edge.target)
+                return result
         else:
             edge = node.on_error or node.on_pass
             if edge.kind == "stop":

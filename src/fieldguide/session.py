@@ -5,10 +5,13 @@ Shared by the headless CLI and the TUI, so what is tested is what ships.
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fieldguide.engine import NodeResult, Walk
@@ -23,13 +26,28 @@ READY_SHARE = 0.6  # of the budget, at most, spent waiting for them
 
 
 def open_target(pid: int | None = None, cmd: list[str] | None = None, *,
-                echo: Callable[[str], None] | None = None, arm: tuple[str, ...] = ()) -> Target:
-    """`arm`: agent capabilities a launched job measures with from its start (the playbook's)."""
+                echo: Callable[[str], None] | None = None, arm: tuple[str, ...] = (),
+                extra_env: dict[str, str] | None = None) -> Target:
+    """`arm`: agent capabilities a launched job measures with from its start (the playbook's);
+    `extra_env`: what the playbook adds to a launched job's environment (see launch_env)."""
     if pid is not None:
         return AttachTarget(pid)
     if cmd:
-        return LaunchTarget(cmd, echo=echo, arm=arm)
+        return LaunchTarget(cmd, echo=echo, arm=arm, extra_env=extra_env)
     return LocalTarget()
+
+
+def launch_env(playbook: Playbook, report: Path | None = None) -> dict[str, str]:
+    """The environment a playbook adds to a job it launches: TORCH_TRACE, torch's structured
+    compile log that tlparse reads, beside the report (or in a kept temporary folder); a
+    TORCH_TRACE the user set is left alone."""
+    if not playbook.torch_trace or os.environ.get("TORCH_TRACE"):
+        return {}
+    if report is not None:
+        folder = report.with_name(f"{report.stem}-torch-trace")
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="fieldguide-torch-trace-"))
+    return {"TORCH_TRACE": str(folder.resolve())}
 
 
 def demo_command() -> list[str]:
@@ -42,7 +60,7 @@ def demo_command() -> list[str]:
 class Session:
     playbook: Playbook
     target: Target
-    budget: float = DEFAULT_BUDGET
+    budget: float = 0.0  # 0: the playbook's own, else DEFAULT_BUDGET
     on_reading: Callable[[dict[str, Any]], None] | None = None
     runner: ProbeRunner = field(init=False)
     walk: Walk = field(init=False)
@@ -50,6 +68,8 @@ class Session:
     note: str = ""
 
     def __post_init__(self) -> None:
+        if not self.budget:
+            self.budget = self.playbook.budget or DEFAULT_BUDGET
         self.runner = ProbeRunner(self.target, self.budget, on_reading=self.on_reading)
         self.walk = Walk(self.playbook, self.target.capabilities, self.runner)
 
@@ -57,7 +77,7 @@ class Session:
         """A launched job: wait for its first steps, charged to the budget (which bounds the whole
         walk), and at most READY_SHARE of it, so that the probes keep time to measure."""
         if isinstance(self.target, LaunchTarget):
-            timeout = min(READY_TIMEOUT, self.budget * READY_SHARE)
+            timeout = min(self.playbook.ready_timeout or READY_TIMEOUT, self.budget * READY_SHARE)
             started = time.monotonic()
             ready = self.target.wait_ready(timeout=timeout)
             self.runner.spent += time.monotonic() - started

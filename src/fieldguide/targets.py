@@ -240,7 +240,9 @@ class LaunchTarget(Target):
     _ended_by_us = False
 
     def __init__(self, cmd: list[str], *, echo: Any = None, env: dict[str, str] | None = None,
-                 arm: tuple[str, ...] = ()):
+                 arm: tuple[str, ...] = (), extra_env: dict[str, str] | None = None):
+        """`env`: the job's environment (default: ours); `extra_env`: what fieldguide adds for this
+        walk (a trace directory), which a relaunch for an experiment leaves out."""
         if not cmd:
             raise BadInput("no command to launch after --")
         self.cmd = list(cmd)
@@ -253,8 +255,11 @@ class LaunchTarget(Target):
         self._log: collections.deque[str] = collections.deque(maxlen=LOG_LINES_KEPT)
         self._echo = echo
         self._arm = arm
+        self.base_env = dict(env if env is not None else os.environ)
+        self.extra_env = dict(extra_env or {})
+        self._paused = False
         try:
-            self._start(env)
+            self._start({**self.base_env, **self.extra_env})
         except BaseException:
             # A failed set-up leaves nothing behind: no socket, no thread, no directory.
             if self.agent is not None:
@@ -262,7 +267,7 @@ class LaunchTarget(Target):
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
 
-    def _start(self, env: dict[str, str] | None) -> None:
+    def _start(self, env: dict[str, str]) -> None:
         try:
             self.agent = AgentServer(self._dir)
         except OSError as err:  # e.g. a socket path over 108 bytes under a long $TMPDIR
@@ -273,7 +278,7 @@ class LaunchTarget(Target):
             write_bootstrap(boot)
         except OSError as err:  # a full or read-only disk
             raise TargetFailed(f"cannot write the agent's bootstrap in {boot}: {err.strerror or err}") from None
-        child_env = dict(env if env is not None else os.environ)
+        child_env = dict(env)
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(boot), child_env.get("PYTHONPATH", "")) if p)
         child_env["FIELDGUIDE_AGENT_SOCKET"] = str(self.agent.path)
         child_env["FIELDGUIDE_AGENT_FILE"] = str(AGENT_PACKAGE_FILE)
@@ -369,8 +374,29 @@ class LaunchTarget(Target):
         except psutil.NoSuchProcess:
             return False
 
+    def relaunch_env(self, change: dict[str, str]) -> dict[str, str]:
+        """The environment to launch the same command again with one change (an A/B experiment)."""
+        return {**self.base_env, **change}
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def pause(self) -> None:
+        """Stop the job and its workers (SIGSTOP to its process group) while another arm is measured."""
+        if self.popen.poll() is None and not self._paused:
+            self._paused = True
+            self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._signal_group(signal.SIGCONT)
+
     def capabilities(self) -> set[str]:
-        caps = {"process", *super().capabilities()}
+        caps = {"process", "launch", *super().capabilities()}
         conn = self.agent.primary() if self.agent else None
         if conn is not None:  # closed too: what an ended job's agent recorded can still be judged
             caps.add("agent")
@@ -440,6 +466,7 @@ class LaunchTarget(Target):
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
     def _end_job(self) -> None:
+        self.resume()  # a paused job cannot handle the signals that end it cleanly
         if self.popen.poll() is None:
             for sig, wait in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
                 try:

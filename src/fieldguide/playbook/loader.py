@@ -16,7 +16,8 @@ from fieldguide.playbook.yamlread import LineDict, read_yaml
 
 CAUSES_FILE = "causes.yaml"
 NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
-PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm"}
+PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm", "budget", "ready_timeout",
+                   "torch_trace"}
 CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify"}
 
 
@@ -151,9 +152,10 @@ def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
         return Edge(kind="node", target=raw.strip())
     if isinstance(raw, LineDict) and set(raw) == {"stop"}:
         # The walk ends inconclusive here, saying why: only where a node could not measure.
-        if key != "error" or not isinstance(raw["stop"], str) or not raw["stop"].strip():
-            raise PlaybookError(path, line, "{stop: WHY} ends a walk that could not measure: only an error edge "
-                                "may stop, and it must say why", node=node, field=key)
+        if key not in ("error", "depart") or not isinstance(raw["stop"], str) or not raw["stop"].strip():
+            raise PlaybookError(path, line, "{stop: WHY} ends a walk with no cause (it could not measure, or what it "
+                                "measured puts the target outside the playbook): only an error or depart edge may "
+                                "stop, and it must say why", node=node, field=key)
         return Edge(kind="stop", target=raw["stop"].strip())
     if isinstance(raw, LineDict) and len(set(raw) & {"cause", "leaf"}) == 1:
         extra = set(raw) - {"cause", "leaf", "summary"}
@@ -172,7 +174,7 @@ def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
             except ValueError as err:
                 raise PlaybookError(path, line, str(err), node=node, field=f"{key}.summary") from None
         return Edge(kind=kind, target=target, summary=summary)
-    raise PlaybookError(path, line, "must be a node id, {cause: ID}, {leaf: ID} or (error only) {stop: WHY}",
+    raise PlaybookError(path, line, "must be a node id, {cause: ID}, {leaf: ID} or (error, depart) {stop: WHY}",
                         node=node, field=key)
 
 
@@ -284,6 +286,15 @@ def load_playbook(path: Path) -> Playbook:
             isinstance(a, str) and all(part.isidentifier() for part in a.split(":")) for a in arm):
         raise PlaybookError(path, data.line_of("arm"), "must be a list of agent capability names, each with "
                             "optional :options (memory:history)", field="arm")
+    seconds = {}
+    for key in ("budget", "ready_timeout"):
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise PlaybookError(path, data.line_of(key), "must be a positive number of seconds", field=key)
+        seconds[key] = float(value) if value is not None else None
+    torch_trace = data.get("torch_trace", False)
+    if not isinstance(torch_trace, bool):
+        raise PlaybookError(path, data.line_of("torch_trace"), "must be true or false", field="torch_trace")
     return Playbook(
         id=playbook_id,
         title=_text(data, "title", path, None),
@@ -294,6 +305,9 @@ def load_playbook(path: Path) -> Playbook:
         leaves={str(k): str(v) for k, v in leaves.items()},
         prefetch=prefetch,
         arm=tuple(arm),
+        budget=seconds["budget"],
+        ready_timeout=seconds["ready_timeout"],
+        torch_trace=torch_trace,
         source=path,
     )
 

@@ -14,7 +14,7 @@ from fieldguide.playbook.expect import Expectation
 class Edge:
     """Where a node leads: another node, a departure cause, or a healthy leaf."""
 
-    kind: str  # "node" | "cause" | "leaf" | "stop" (error edges only: end inconclusive, target says why)
+    kind: str  # "node" | "cause" | "leaf" | "stop" (error and depart edges: end inconclusive, target says why)
     target: str
     summary: str | None = None  # overrides the cause's summary template
 
@@ -70,6 +70,12 @@ class Playbook:
     # Agent capabilities that measure from a launched job's start (an OOM in the first step
     # must find saved tensors already counted).
     arm: tuple[str, ...] = ()
+    # Seconds of measurement when --budget is not given, and the longest wait for a launched job's
+    # first steps (a cold torch.compile takes tens of seconds before the first one).
+    budget: float | None = None
+    ready_timeout: float | None = None
+    # Launch the job with TORCH_TRACE (torch's structured compile log, for tlparse) beside the report.
+    torch_trace: bool = False
     source: Path | None = None
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 NEEDS_PROCESS = "process"  # a live process (attach or launch)
 NEEDS_AGENT = "agent"  # the in-process agent (launch mode)
 NEEDS_GPU = "gpu"
+NEEDS_LAUNCH = "launch"  # a job fieldguide launched, so that it can relaunch it (an experiment)
 
 
 @dataclass
@@ -97,7 +98,7 @@ class Probe:
     @classmethod
     def unmet_needs(cls, capabilities: set[str]) -> list[str]:
         """Unmet needs, the most basic first (no process at all says more than no agent)."""
-        order = {NEEDS_PROCESS: 0, NEEDS_AGENT: 1, NEEDS_GPU: 2}
+        order = {NEEDS_PROCESS: 0, NEEDS_LAUNCH: 1, NEEDS_AGENT: 2, NEEDS_GPU: 3}
         return sorted((n for n in cls.needs if n not in capabilities), key=lambda n: (order.get(n, 9), n))
 
 
@@ -105,4 +106,6 @@ NEED_REASONS = {
     NEEDS_AGENT: "needs the in-process agent, which only a launched target has (fieldguide diagnose -- CMD)",
     NEEDS_PROCESS: "needs a target process (--pid or -- CMD)",
     NEEDS_GPU: "needs an NVIDIA GPU visible through NVML",
+    NEEDS_LAUNCH: "needs a job fieldguide launched, to relaunch it for the experiment (fieldguide diagnose -- CMD); "
+                  "an attached job is never paused or restarted",
 }

@@ -77,6 +77,26 @@ def _in(frame: Frame, *files: str) -> bool:
     return any(f in frame[1] for f in files)
 
 
+# torch.compile at work (tracing, AOT autograd, inductor's code generation and C++ builds), and
+# compiled code running (dynamo's frame wrapper, inductor's generated modules in its cache).
+_COMPILING_FILES = ("torch/_dynamo/convert_frame.py", "torch/_dynamo/symbolic_convert.py",
+                    "torch/_dynamo/output_graph.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codecache.py",
+                    "torch/_inductor/graph.py", "torch/_inductor/scheduler.py", "torch/_inductor/cpp_builder.py",
+                    "torch/_inductor/async_compile.py", "torch/_functorch/aot_autograd.py",
+                    "torch/_functorch/_aot_autograd/dispatch_and_compile_graph.py",
+                    "torch/_functorch/_aot_autograd/jit_compile_runtime_wrappers.py")
+_COMPILED_RUN_FILES = ("torch/_dynamo/eval_frame.py", "/torchinductor_")
+
+
+def compile_state(stack: list[Frame]) -> str | None:
+    """"compiling", "compiled" (running compiled code) or None (no torch.compile in this stack)."""
+    if any(_in(frame, *_COMPILING_FILES) for frame in stack):
+        return "compiling"
+    if any(_in(frame, *_COMPILED_RUN_FILES) or frame[0].startswith("torch_dynamo_resume_in_") for frame in stack):
+        return "compiled"
+    return None
+
+
 def is_loader_frame(frame: Frame) -> bool:
     return _in(frame, _DATALOADER, _FETCH, _COLLATE, _WORKER)
 

@@ -42,6 +42,7 @@ from fieldguide.probes.stackclass import (
     SLEEP,
     STARTUP,
     ThreadSample,
+    compile_state,
     summarize,
 )
 from fieldguide.probes.stepcycle import input_samples
@@ -230,6 +231,10 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     values["forward_fraction"] = share(FORWARD)
     values["backward_fraction"] = share(BACKWARD)
     values["optimizer_fraction"] = share(OPTIMIZER)
+    main = [x for x in all_samples if x.role == "main" and x.thread == "MainThread"]
+    states = [(compile_state(x.stack), x.count) for x in main]
+    values["compiling_fraction"] = sum(n for st, n in states if st == "compiling") / total if total else None
+    values["compiled_code_fraction"] = sum(n for st, n in states if st == "compiled") / total if total else None
     main_stacks = sorted((s for s in all_samples if s.role == "main" and s.thread == "MainThread"),
                          key=lambda s: -s.count)
     worker_stacks = sorted((s for s in all_samples if s.role == "worker" and s.thread == "MainThread"),
@@ -292,7 +297,7 @@ class StackSample(Probe):
         "blocked_other_fraction": "fraction", "anomaly_trace_fraction": "fraction",
         "anomaly_trace_samples": "",
         "profiler_fraction": "fraction", "forward_fraction": "fraction", "backward_fraction": "fraction",
-        "optimizer_fraction": "fraction",
+        "optimizer_fraction": "fraction", "compiling_fraction": "fraction", "compiled_code_fraction": "fraction",
     }
 
     def run(self, ctx: ProbeContext, seconds: float = 6.0, rate: int = 20) -> Measurement:

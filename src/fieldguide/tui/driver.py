@@ -39,9 +39,10 @@ class Closing(Exception):
 
 def real_session(spec: TargetSpec, playbook: Playbook, on_reading: Callable[[dict[str, Any]], None],
                  echo: Callable[[str], None]) -> Session:
-    from fieldguide.session import Session, open_target
+    from fieldguide.session import Session, launch_env, open_target
 
-    target = open_target(spec.pid, list(spec.cmd) or None, echo=echo, arm=playbook.arm)
+    target = open_target(spec.pid, list(spec.cmd) or None, echo=echo, arm=playbook.arm,
+                         extra_env=launch_env(playbook))
     return Session(playbook, target, on_reading=on_reading)
 
 

@@ -1,4 +1,4 @@
-"""A meta path finder that calls back the moment torch's import finishes."""
+"""A meta path finder that calls back the moment a module's import finishes (torch, torch._dynamo)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,18 @@ from typing import Any
 class TorchWatcher:
     searching = False
 
-    def __init__(self, on_import: Callable[[ModuleType], None]) -> None:
+    def __init__(self, on_import: Callable[[ModuleType], None], module: str = "torch") -> None:
         self.on_import = on_import
+        self.module = module
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         # Libraries probe with importlib.util.find_spec("torch") without importing it, so the
         # watcher stays until torch's module code has really run.
-        if fullname != "torch" or self.searching:
+        if fullname != self.module or self.searching:
             return None
         self.searching = True
         try:
-            spec = importlib.util.find_spec("torch")
+            spec = importlib.util.find_spec(self.module)
         finally:
             self.searching = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):

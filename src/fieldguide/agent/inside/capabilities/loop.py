@@ -28,6 +28,7 @@ import collections
 import sys
 import threading
 import time
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -43,6 +44,21 @@ SERVING_FORWARDS = 200
 
 
 MAX_FRAMES = 40
+
+
+def _never() -> bool:
+    return False
+
+
+_is_compiling = _never  # torch.compiler.is_compiling once torch is here
+
+
+def resolve_is_compiling() -> None:
+    """torch.compiler is not yet an attribute of torch while torch's own import finishes."""
+    global _is_compiling
+    compiler = sys.modules.get("torch.compiler")
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        _is_compiling = compiler.is_compiling
 MAX_SAMPLE_SECONDS = 60.0
 MAX_SAMPLE_RATE = 100.0
 
@@ -74,6 +90,7 @@ class LoopTiming(Capability):
         self.phases_seen = 0
         self.outer_modules: dict[int, Any] = {}
         self.global_hook: Any = None
+        self.discovering = True  # looking for the outermost modules
         self.forwards_total = 0
         self.train_thread: int | None = None
         self.sampling = False
@@ -113,9 +130,15 @@ class LoopTiming(Capability):
 
     def on_forward(self, module: Any, args: Any) -> None:
         """A forward pre-hook: the first after a phase began ends it."""
+        if _is_compiling is _never:
+            resolve_is_compiling()  # eager: the OptimizedModule's own call comes before any tracing
+        if _is_compiling():
+            # Traced by dynamo inside a compiled forward: a hook that touched our state there
+            # would put guards on it, and every change of it would recompile the user's model.
+            return
         try:
             if self.phase_t is None:
-                if self.global_hook is not None and not self.phases_seen:
+                if self.discovering and not self.phases_seen:
                     self.forwards_total += 1
                     if self.forwards_total >= SERVING_FORWARDS:
                         self.stop_discovery()  # forwards and never a backward: serving, not training
@@ -124,7 +147,7 @@ class LoopTiming(Capability):
             self.input_cpu += time.thread_time() - self.phase_cpu
             self.phase_t = None
             self.forwards += 1
-            if self.global_hook is not None:
+            if self.discovering:
                 self.outer_modules.setdefault(id(module), module)
                 self.phases_seen += 1
                 if self.phases_seen >= DISCOVERY_PHASES:
@@ -135,15 +158,24 @@ class LoopTiming(Capability):
     def hook_forward(self, torch: ModuleType) -> None:
         from torch.nn.modules.module import register_module_forward_pre_hook
 
+        resolve_is_compiling()
+        # torch.compile(module) warns of global hooks; this one is ours and returns at once there.
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self.global_hook = register_module_forward_pre_hook(self.on_forward)
 
     def stop_discovery(self) -> None:
-        """The outermost modules are known: hook them alone, and drop the global hook."""
-        handle, self.global_hook = self.global_hook, None
-        if handle is not None:
-            handle.remove()
-        for module in self.outer_modules.values():
-            module.register_forward_pre_hook(self.on_forward)
+        """The outermost modules are known: hook them alone, and drop the global hook.
+
+        Not in a job that compiles: dynamo guards on the hooks of the modules it traced, so
+        moving hooks would recompile the user's model. The global hook stays there, and does
+        nothing once discovery is over."""
+        self.discovering = False
+        if "torch._dynamo" not in sys.modules:
+            handle, self.global_hook = self.global_hook, None
+            if handle is not None:
+                handle.remove()
+            for module in self.outer_modules.values():
+                module.register_forward_pre_hook(self.on_forward)
         self.signals.append({"outer_modules": [type(m).__name__ for m in self.outer_modules.values()],
                              "forwards_before_training": self.forwards_total if not self.phases_seen else 0})
 

@@ -104,6 +104,9 @@ class OpProfile(Capability):
             self.agent.fail(request["id"], f"could not read the profile: {err!r}")
 
 
+COMPILED_REGION = "Torch-Compiled Region:"
+
+
 def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
     """Ops per step, median op time, and the share of step time inside ops.
 
@@ -112,10 +115,15 @@ def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
     read as framework overhead.
     """
     outer: list[tuple[str, float]] = []
+    regions: dict[str, int] = {}  # compiled graphs run, by compile id ("1/0"): breaks show here
     loader_us = 0.0
     device_us = 0.0
     for event in profiler.events():
         name = event.name
+        if name.startswith(COMPILED_REGION):
+            compile_id = name[len(COMPILED_REGION):].strip()
+            regions[compile_id] = regions.get(compile_id, 0) + 1
+            continue
         if name.startswith("enumerate(DataLoader)"):
             loader_us += event.cpu_time_total
             continue
@@ -152,6 +160,7 @@ def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
         "op_time_fraction": min(op_us / compute_wall_us, 1.0),
         "loader_fraction": min(loader_us / max(wall * 1e6, 1.0), 1.0),
         "device_time_us": device_us or None,
+        "compiled_regions": regions,
         "top_ops": [{"op": n, "total_us": round(t, 1), "count": c} for n, (t, c) in top],
     }
 
