@@ -62,6 +62,8 @@ class Probe:
     # Values that are the parts of one whole (fractions summing to about 1), drawn as bars where
     # the probe's evidence is shown (a breakdown of memory by category).
     parts: ClassVar[tuple[str, ...]] = ()
+    # A probe may also leave `evidence["table"]`: rows (dicts) of what it found (graph breaks with
+    # their source lines, recompiles with the guard that failed), drawn as a table with the evidence.
     # Whether the probe can judge a target that has ended, from what was recorded while it
     # ran (the agent's streams); other probes are not run on an ended target.
     reads_history: ClassVar[bool] = False

@@ -2,9 +2,10 @@
 
 On the next call of a compiled module (`torch.compile(module)`, or `module.compile()`) the
 call runs as the job made it, and then its eager original runs on a copy of the same inputs,
-under `no_grad`, from the same RNG state and the same buffers (BatchNorm's running stats are
-put back as the compiled call left them, the RNG too): the job's training goes on exactly as it
-would have. Each output is compared with a tolerance for its dtype, relative to the output's
+under `no_grad`, from the same RNG state (put back afterwards) and with copies of the buffers
+as they were before the call, swapped in for it alone (BatchNorm updates the copies; the job's
+own buffers are never written, not even with their own values: autograd counts in-place
+writes): the job's training goes on exactly as it would have. Each output is compared with a tolerance for its dtype, relative to the output's
 scale. Dropout and other random ops draw different numbers compiled (inductor's RNG) than
 eager: with those active, the comparison says it cannot decide.
 """
@@ -76,15 +77,22 @@ def compiled_modules() -> list[tuple[Any, str, Any]]:
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     optimized = getattr(eval_frame, "OptimizedModule", None)
     found = []
+    module_type = torch.nn.Module
     for obj in gc.get_objects():
+        kind = type(obj)  # not isinstance: some objects' __class__ is a property that warns
         try:
-            if optimized is not None and isinstance(obj, optimized):
+            if optimized is not None and issubclass(kind, optimized):
                 found.append((obj, "forward", obj._orig_mod))
-            elif isinstance(obj, torch.nn.Module) and getattr(obj, "_compiled_call_impl", None) is not None:
+            elif issubclass(kind, module_type) and obj.__dict__.get("_compiled_call_impl") is not None:
                 found.append((obj, "_compiled_call_impl", obj._call_impl))
         except Exception:
             continue
     return found
+
+
+def eager_root(module: Any) -> Any:
+    """The module whose parameters and buffers the eager original uses."""
+    return getattr(module, "_orig_mod", module)
 
 
 def random_modules(module: Any) -> list[str]:
@@ -172,8 +180,7 @@ class EquivalenceCheck:
             check.done = True  # one check; a nested or concurrent call runs untouched
             try:
                 before = RngState(torch)
-                buffers = [b for b in module.buffers()]
-                saved = [b.detach().clone() for b in buffers]
+                saved = {name: b.detach().clone() for name, b in eager_root(module).named_buffers()}
                 inputs = (clone_inputs(args), clone_inputs(kwargs))
             except Exception as err:
                 check.done = False
@@ -183,7 +190,7 @@ class EquivalenceCheck:
             out = original(*args, **kwargs)
             compiled_s = time.perf_counter() - t0
             try:
-                result = check.run_eager(torch, module, eager, inputs, before, buffers, saved, out)
+                result = check.run_eager(torch, module, eager, inputs, before, saved, out)
                 result["compiled_call_ms"] = compiled_s * 1e3
                 check.done = False
                 check.finish(result)
@@ -195,24 +202,21 @@ class EquivalenceCheck:
         return checked
 
     def run_eager(self, torch: Any, module: Any, eager: Any, inputs: tuple[Any, Any], before: RngState,
-                  buffers: list[Any], saved: list[Any], out: Any) -> dict[str, Any]:
+                  saved: dict[str, Any], out: Any) -> dict[str, Any]:
+        from torch.nn.utils.stateless import _reparametrize_module
+
         args, kwargs = inputs
         after = RngState(torch)
-        with torch.no_grad():
-            left = [b.detach().clone() for b in buffers]
-            for buffer, value in zip(buffers, saved, strict=True):
-                buffer.copy_(value)
+        with torch.no_grad(), _reparametrize_module(eager_root(module), saved):
             before.restore()
             try:
                 t0 = time.perf_counter()
                 reference = torch._dynamo.disable(eager, recursive=True)(*args, **kwargs)
                 eager_s = time.perf_counter() - t0
             finally:
-                for buffer, value in zip(buffers, left, strict=True):
-                    buffer.copy_(value)
                 after.restore()
             rows = compare(out, reference)
-        root = getattr(module, "_orig_mod", module)
+        root = eager_root(module)
         worst = max((r for r in rows if "max_rel" in r), key=lambda r: r["max_rel"], default=None)
         return {"module": type(root).__name__, "outputs": rows, "worst": worst,
                 "equivalent": all(r["ok"] for r in rows) if rows else None,

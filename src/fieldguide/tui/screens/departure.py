@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 STACK_FRAMES = 3  # innermost frames shown per stack; the report has them all
 STACKS = 3
+TABLE_ROWS = 8
 
 
 def evidence_series(evidence: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, str]]:
@@ -173,6 +174,21 @@ class DepartureScreen(Screen[None]):
                           for name, bar, share in bars]
         return lines
 
+    def _rows(self) -> list[RenderableType]:
+        """Rows a probe leaves as `table` in its evidence (graph breaks with their source lines,
+        recompiles with their guard failures), for the departed node."""
+        rows = self.findings.evidence.get(self.departure["node"], {}).get("table")
+        if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+            return []
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="bold")
+        for name in columns:
+            table.add_column(label(name), overflow="fold")
+        for row in rows[:TABLE_ROWS]:
+            table.add_row(*(format_value(row.get(name), self.findings.units.get(name, "")) for name in columns))
+        more = [Text(f"… {len(rows) - TABLE_ROWS} more in the report", style="dim")] if len(rows) > TABLE_ROWS else []
+        return [Text(""), Text(f"{self.departure['node']}: what was found", style="bold"), table, *more]
+
     def _evidence(self) -> Group:
         parts: list[RenderableType] = [Text(""), Text("Evidence", style="bold underline")]
         table, shown = self._evidence_table()
@@ -180,6 +196,7 @@ class DepartureScreen(Screen[None]):
         numbers_line = self._numbers(shown)
         if numbers_line is not None:
             parts.append(numbers_line)
+        parts += self._rows()
         series = self._series()
         if series:
             parts += [Text(""), *series]
