@@ -12,6 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One inductor cache for this test run, shared by its compile jobs and fresh in every run:
+    a cold compile is what a first run costs, and no run may hide it behind an earlier one's cache."""
+    import tempfile
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="fieldguide-tests-inductor-")
 FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
 
 

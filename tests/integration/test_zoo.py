@@ -39,9 +39,16 @@ def cases(mode: str) -> list[object]:
     return chosen
 
 
+# A compile walk waits for cold compiles (~15 s a graph here) and relaunches the job for its A/B:
+# the job must outlive it.
+SLOW_PLAYBOOKS = {"compile-regression": {"FIELDGUIDE_WORKLOAD_SECONDS": "200"}}
+
+
 def diagnose(tmp_path: Path, playbook: str, *target: str) -> dict:
     report = tmp_path / "report.json"
-    proc = run_fieldguide("diagnose", "--playbook", playbook, "--report", str(report), *target, timeout=150)
+    env = SLOW_PLAYBOOKS.get(playbook)
+    proc = run_fieldguide("diagnose", "--playbook", playbook, "--report", str(report), *target,
+                          timeout=240 if env else 150, env=env)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert report.exists(), proc.stderr
     data = json.loads(report.read_text())

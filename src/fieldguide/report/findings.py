@@ -149,6 +149,19 @@ class Findings:
                     return whose, list(evidence[key])
         return "", []
 
+    def found_rows(self) -> list[dict[str, Any]]:
+        """The departed node's evidence table (graph breaks, recompiles), if its probe left one."""
+        node = (self.first_departure or {}).get("node")
+        rows = self.evidence.get(node, {}).get("table") if node else None
+        return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+    def torch_trace(self) -> str | None:
+        """Where the job's TORCH_TRACE log went (a compile walk in launch mode), for tlparse."""
+        for evidence in self.evidence.values():
+            if isinstance(evidence, dict) and evidence.get("torch_trace"):
+                return str(evidence["torch_trace"])
+        return None
+
     def exit_line(self) -> str:
         """"The target ended: ..." when it ended during the walk, else ""."""
         return f"The target ended: {exit_text(self.exit)}" if self.exit else ""

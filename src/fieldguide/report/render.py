@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldguide import __version__
+from fieldguide.measurement import format_value
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import inline_html, page_html, page_markdown
 from fieldguide.report.vocabulary import ACTION_TEXT, status_mark, verdict_text
@@ -86,6 +87,16 @@ def to_markdown(findings: Findings) -> str:
         lines.append("")
     elif f.conclusion:
         lines += [f"Healthy leaf `{f.conclusion}`: {f.conclusion_text}", ""]
+    rows = f.found_rows()
+    if rows:
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        lines += [f"### What {dep['node'] if dep else 'the node'} found", "", "| " + " | ".join(columns) + " |",
+                  "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(_md_cell(format_value(r.get(c))) for c in columns) + " |" for r in rows]
+        lines.append("")
+    if f.torch_trace():
+        lines += [f"Compile trace (TORCH_TRACE) in `{f.torch_trace()}`: open it with `pip install tlparse; "
+                  f"tlparse {f.torch_trace()}`.", ""]
     if f.exit:
         lines += [f"**{f.exit_line()}**", ""]
     if f.note:
@@ -149,6 +160,15 @@ def to_html(findings: Findings) -> str:
                   page_html(dep.get("why", ""), dep["fix"], dep["verify"])]
     elif f.conclusion:
         parts.append(f"<p>Healthy leaf <code>{e(f.conclusion)}</code>: {e(f.conclusion_text)}</p>")
+    rows = f.found_rows()
+    if rows:
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        parts.append("<h3>What was found</h3><table><tr>" + "".join(f"<th>{e(c)}</th>" for c in columns) + "</tr>")
+        parts += [_row(*(_td(e(format_value(r.get(c)))) for c in columns)) for r in rows]
+        parts.append("</table>")
+    if f.torch_trace():
+        parts.append(f"<p>Compile trace (TORCH_TRACE) in <code>{e(str(f.torch_trace()))}</code>: open it with "
+                     f"<code>pip install tlparse; tlparse {e(str(f.torch_trace()))}</code>.</p>")
     if f.exit:
         parts.append(f"<p class='error'><b>{e(f.exit_line())}</b></p>")
     if f.note:

@@ -4,12 +4,15 @@ the same vocabulary and renderer as the Markdown/HTML reports and the TUI."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group, RenderableType
 from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from fieldguide.measurement import format_value
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import steps_markdown
 from fieldguide.report.vocabulary import (
@@ -54,6 +57,20 @@ def panel_title(findings: Findings) -> str:
     return f"fieldguide · {findings.playbook} · {findings.verdict}"
 
 
+FOUND_ROWS = 8
+
+
+def found_table(rows: list[dict[str, Any]], units: dict[str, str]) -> Table:
+    """What the departed node found, row by row (graph breaks with their lines, recompiles)."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    for name in columns:
+        table.add_column(name.replace("_", " "), overflow="fold")
+    for row in rows[:FOUND_ROWS]:
+        table.add_row(*(format_value(row.get(name), units.get(name, "")) for name in columns))
+    return table
+
+
 def summary_panel(findings: Findings) -> Panel:
     verdict = Text(verdict_text(findings.verdict), style=f"bold {VERDICT_STYLE.get(findings.verdict, '')}".strip())
     parts: list[RenderableType] = [verdict, Text(""), path_table(findings)]
@@ -65,6 +82,11 @@ def summary_panel(findings: Findings) -> Panel:
         parts += [Text("Verify: ", style="bold").append(Text(dep["verify"], style="not bold"))]
     elif findings.conclusion:
         parts += [Text(""), Text(f"Healthy: {findings.conclusion}", style="bold green"), Text(findings.conclusion_text)]
+    rows = findings.found_rows()
+    if rows:
+        parts += [Text(""), found_table(rows, findings.units)]
+    if findings.torch_trace():
+        parts += [Text(f"compile trace: tlparse {findings.torch_trace()}  (pip install tlparse)", style="dim")]
     if findings.exit:
         parts += [Text(""), Text(findings.exit_line(), style=STYLE["error"])]
     if findings.note:

@@ -26,7 +26,7 @@ FIELDGUIDE = {"playbook": "compile-regression", "cause": "compile.mismatch", "mo
 
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
 SENSORS, STATE, HORIZON, BATCH = 24, 64, 4, 64
-EULER_STEPS, DT = 100, 2e-3
+EULER_STEPS, DT = 150, 2e-3
 
 
 class ODERegressor(nn.Module):
