@@ -1,12 +1,13 @@
 """How long a walk takes, over the zoo: launch mode, including each job's start.
 
-usage: python benchmarks/walk_times.py [--playbook slow-training] [--repeat 2] [--budget 30] [--only NAME ...]
+usage: python benchmarks/walk_times.py [--playbook slow-training] [--repeat 2] [--budget 30] [--cold] [--only NAME ...]
 
 Each zoo workload declared for the playbook in launch mode is diagnosed `--repeat` times, one
 walk at a time. Printed: per workload the median wall time and whether the walk named what
 the workload declares, then the median over the zoo and the worst. With `--budget`, every
 walk runs under that budget (the contract: a walk ends within the budget, give or take one
-probe window).
+probe window). With `--cold`, every walk gets an empty inductor cache (TORCHINDUCTOR_CACHE_DIR):
+a compile-regression walk then includes a first run's cold compile.
 """
 
 from __future__ import annotations
@@ -24,14 +25,18 @@ from pathlib import Path
 FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
 
 
-def one_walk(playbook: str, script: Path, budget: float | None) -> tuple[float, dict]:
-    report = Path(tempfile.mkdtemp(prefix="fgbench-")) / "r.json"
+def one_walk(playbook: str, script: Path, budget: float | None, cold: bool = False) -> tuple[float, dict]:
+    folder = Path(tempfile.mkdtemp(prefix="fgbench-"))
+    report = folder / "r.json"
+    env = dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="200")
+    if cold:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor")
     cmd = [*FIELDGUIDE, "diagnose", "--playbook", playbook, "--report", str(report)]
     if budget is not None:
         cmd += ["--budget", str(budget)]
     t0 = time.monotonic()
     subprocess.run([*cmd, "--", sys.executable, str(script)], capture_output=True, text=True,
-                   env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="120"), timeout=300)
+                   env=env, timeout=400)
     seconds = time.monotonic() - t0
     data = json.loads(report.read_text()) if report.exists() else {}
     return seconds, data
@@ -45,16 +50,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--budget", type=float)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--cold", action="store_true", help="an empty inductor cache for every walk")
     args = ap.parse_args()
     chosen = [d for _, d in sorted(workloads.declarations().items())
               if d.playbook == args.playbook and "launch" in d.modes and (not args.only or d.name in args.only)]
     medians = []
     print(f"## {args.playbook} walks, launch mode, including the job's start"
-          + (f", --budget {args.budget:g}" if args.budget else ""))
+          + (f", --budget {args.budget:g}" if args.budget else "") + (", cold inductor cache" if args.cold else ""))
     for want in chosen:
         times, right = [], 0
         for _ in range(args.repeat):
-            seconds, data = one_walk(args.playbook, workloads.path(want.name), args.budget)
+            seconds, data = one_walk(args.playbook, workloads.path(want.name), args.budget, args.cold)
             times.append(seconds)
             got = (data.get("first_departure") or {}).get("cause") or data.get("conclusion")
             right += data.get("verdict") == want.verdict and got == (want.cause or want.conclusion)
