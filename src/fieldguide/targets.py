@@ -30,7 +30,7 @@ YAMA_SCOPE_FILE = Path("/proc/sys/kernel/yama/ptrace_scope")
 @functools.lru_cache(maxsize=1)
 def gpu_present() -> bool:
     """Whether NVML sees a GPU on this machine (asked once: it does not change under a walk)."""
-    from fieldguide.probes.gpu import NvmlUnavailable, nvml_devices
+    from fieldguide.nvml import NvmlUnavailable, nvml_devices
 
     try:
         return bool(nvml_devices())

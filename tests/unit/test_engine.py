@@ -672,7 +672,7 @@ def test_every_builtin_probe_declares_its_metadata():
     for pid in builtin:
         cls = registry.get(pid)
         assert cls.id == pid and cls.title and cls.values
-        assert cls.needs <= {"process", "agent", "gpu"}
+        assert cls.needs <= {"process", "agent", "gpu", "launch"}
 
 
 def test_forgetting_a_probe_forgets_what_it_measured_through_the_runner(temp_probes):

@@ -301,8 +301,8 @@ EXPECTED_DEVICE = {
     "index": 0, "name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-1234", "memory_total_mb": 81920,
     "memory_used_mb": 1024, "utilization_gpu": 97, "utilization_memory": 40, "temperature_c": 65,
     "power_w": 250.1, "power_limit_w": 300.0, "sm_clock_mhz": 1410, "sm_clock_max_mhz": 1980,
-    "clock_event_reasons": 4,
-    "processes": [{"pid": 100, "used_mb": 2048}, {"pid": 200, "used_mb": None}],
+    "clock_event_reasons": 4, "throttle_reasons": ["sw_power_cap"],
+    "processes": [{"pid": 100, "used_mb": 2048}, {"pid": 200, "used_mb": None}], "unsupported": {},
 }
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import psutil
 
 from fieldguide.measurement import Measurement
+from fieldguide.nvml import NvmlUnavailable, nvml_devices
 from fieldguide.probes import register
 from fieldguide.probes.base import Probe, ProbeContext
-from fieldguide.probes.gpu import NvmlUnavailable, nvml_devices
 
 _VERSION = re.compile(r"^(__version__|cuda)\s*(?::\s*\S+)?\s*=\s*['\"]?([^'\"\n]*)['\"]?", re.M)
 

@@ -1,8 +1,4 @@
-"""GPUs through NVML (nvidia-ml-py). Readings a device does not support become None, not errors.
-
-pynvml is imported only when a probe runs. No NVML library, no driver, or no
-GPU is a reading with its reason.
-"""
+"""GPUs through NVML (fieldguide.nvml): the devices now, and a window of samples on the job's GPUs."""
 
 from __future__ import annotations
 
@@ -10,80 +6,16 @@ import time
 from typing import Any
 
 from fieldguide.measurement import Measurement
+from fieldguide.nvml import Nvml, NvmlUnavailable, nvml_devices
 from fieldguide.probes import register
-from fieldguide.probes.base import Probe, ProbeContext
+from fieldguide.probes.base import NEEDS_GPU, Probe, ProbeContext
+
+__all__ = ["GpuDevices", "GpuWindow", "NvmlUnavailable", "describe_device", "nvml_devices"]
 
 
-class NvmlUnavailable(Exception):
-    """NVML cannot be used here; str() is the reason for the user."""
-
-
-def _read(nvml: Any, fn: Any, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except nvml.NVMLError:
-        return None  # NotSupported / NoPermission vary by SKU and VM
-
-
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def describe_device(nvml: Any, index: int) -> dict[str, Any]:
-    """One GPU's identity and current state; `nvml` is the pynvml module (or a constructed fake)."""
-    h = nvml.nvmlDeviceGetHandleByIndex(index)
-    mem = _read(nvml, nvml.nvmlDeviceGetMemoryInfo, h)
-    util = _read(nvml, nvml.nvmlDeviceGetUtilizationRates, h)
-    power = _read(nvml, nvml.nvmlDeviceGetPowerUsage, h)
-    limit = _read(nvml, nvml.nvmlDeviceGetEnforcedPowerLimit, h)
-    sm = _read(nvml, nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM)
-    sm_max = _read(nvml, nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM)
-    reasons = _read(nvml, nvml.nvmlDeviceGetCurrentClocksEventReasons, h) if hasattr(
-        nvml, "nvmlDeviceGetCurrentClocksEventReasons") else None
-    procs = _read(nvml, nvml.nvmlDeviceGetComputeRunningProcesses, h) or []
-    return {
-        "index": index,
-        "name": _text(_read(nvml, nvml.nvmlDeviceGetName, h)),
-        "uuid": _text(_read(nvml, nvml.nvmlDeviceGetUUID, h)),
-        "memory_total_mb": round(mem.total / 2**20) if mem else None,
-        "memory_used_mb": round(mem.used / 2**20) if mem else None,
-        "utilization_gpu": util.gpu if util else None,
-        "utilization_memory": util.memory if util else None,
-        "temperature_c": _read(nvml, nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU),
-        "power_w": round(power / 1000, 1) if power is not None else None,
-        "power_limit_w": round(limit / 1000, 1) if limit is not None else None,
-        "sm_clock_mhz": sm,
-        "sm_clock_max_mhz": sm_max,
-        "clock_event_reasons": reasons,
-        "processes": [{"pid": p.pid, "used_mb": round(p.usedGpuMemory / 2**20) if p.usedGpuMemory else None}
-                      for p in procs],
-    }
-
-
-def nvml_devices(module: Any | None = None) -> list[dict[str, Any]]:
-    """Every GPU NVML sees; raises NvmlUnavailable with the reason when it cannot be used.
-
-    `module` is pynvml, or a constructed stand-in in tests.
-    """
-    nvml: Any = module
-    if nvml is None:
-        try:
-            import pynvml
-
-            nvml = pynvml
-        except ImportError:
-            raise NvmlUnavailable("nvidia-ml-py is not installed") from None
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as err:
-        raise NvmlUnavailable(f"NVML unavailable: {err}") from None
-    try:
-        return [describe_device(nvml, i) for i in range(nvml.nvmlDeviceGetCount())]
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except nvml.NVMLError:
-            pass
+def describe_device(module: Any, index: int) -> dict[str, Any]:
+    """One GPU's identity and current state; `module` is pynvml or a constructed stand-in."""
+    return Nvml(module).device(index)
 
 
 @register
@@ -105,3 +37,67 @@ class GpuDevices(Probe):
                   "memory_used_mb_max": max(mems) if mems else None}
         return self.measurement(values=values, evidence={"gpus": devices}, seconds=time.monotonic() - started,
                                 provenance="NVML (nvidia-ml-py)")
+
+
+def job_processes(pid: int | None) -> tuple[set[int], str | None]:
+    """The job's pids (it and its descendants) and its CUDA_VISIBLE_DEVICES."""
+    import psutil
+
+    if pid is None:
+        return set(), None
+    try:
+        proc = psutil.Process(pid)
+        pids = {pid, *(c.pid for c in proc.children(recursive=True))}
+        try:
+            visible = proc.environ().get("CUDA_VISIBLE_DEVICES")
+        except psutil.AccessDenied:
+            visible = None
+        return pids, visible
+    except psutil.Error:
+        return {pid}, None
+
+
+@register
+class GpuWindow(Probe):
+    id = "gpu.window"
+    title = "The job's GPUs over a window (NVML): utilization samples, per-process SM, clocks, power, GPM"
+    needs = frozenset({NEEDS_GPU})
+    params = {"seconds": 4.0}
+    values = {
+        "gpus": "", "job_on_gpu": "", "gpu_util_median": "%", "job_sm_util": "%", "others_sm_util": "%",
+        "others_memory_mb": "MB", "job_memory_mb": "MB", "clock_fraction": "fraction", "power_fraction": "fraction",
+        "throttled_fraction": "fraction", "throttle_reasons": "", "temperature_c_max": "C", "pcie_rx_mb_s": "MB/s",
+        "pcie_tx_mb_s": "MB/s", "sm_active": "%", "tensor_active": "%",
+    }
+
+    def run(self, ctx: ProbeContext, seconds: float = 4.0) -> Measurement:
+        from fieldguide.gpuwindow import job_devices, sample_window, summarize
+
+        started = time.monotonic()
+        pids, visible = job_processes(ctx.target.pid)
+        seconds = max(1.0, min(seconds, ctx.budget_left))
+        try:
+            nvml = Nvml.open()
+        except NvmlUnavailable as err:
+            return self.cannot(str(err), provenance="NVML")
+        try:
+            indices, how = job_devices(nvml, pids, visible)
+            holding = bool(pids) and how.startswith("the job's processes")
+
+            def keep_going(elapsed: float) -> bool:
+                self.reading(ctx, elapsed=elapsed, of=seconds, status=f"sampling GPU {', '.join(map(str, indices))}")
+                return not ctx.cancelled.is_set()
+
+            devices = sample_window(nvml, indices, pids, seconds, keep_going)
+        finally:
+            nvml.close()
+        values, missing = summarize(devices)
+        per_device = values.pop("per_device", [])
+        values["job_on_gpu"] = holding if pids else None
+        if not pids:
+            missing["job_on_gpu"] = "no target process: the machine alone (--local)"
+        return self.measurement(values=values, missing=missing, evidence={"gpus": per_device, "devices_from": how},
+                                seconds=time.monotonic() - started,
+                                provenance=f"NVML over {seconds:.0f} s on GPU {', '.join(map(str, indices)) or 'none'} "
+                                           f"({how}): the driver's utilization samples, per-process SM %, clocks "
+                                           "and clock-event reasons, power, PCIe, GPM where the part has it")

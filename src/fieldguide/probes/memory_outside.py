@@ -124,26 +124,21 @@ class GpuSampler:
     """The job's GPU memory per NVML, once a second; silent (and says why) without NVML."""
 
     def __init__(self, pid: int, module: Any | None = None) -> None:
+        from fieldguide.nvml import Nvml, NvmlUnavailable
+
         self.pid = pid
         self.ts: list[float] = []
         self.used: list[float] = []
         self.last = 0.0
-        self.nvml: Any = module
-        self.provenance = "no GPU memory sampled: "
-        if self.nvml is None:
-            try:
-                import pynvml
-
-                self.nvml = pynvml
-            except ImportError:
-                self.provenance += "nvidia-ml-py is not installed"
-                return
+        self.nvml: Nvml | None = None
         try:
-            self.nvml.nvmlInit()
-            self.handles = [self.nvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.nvml.nvmlDeviceGetCount())]
+            self.nvml = Nvml.open(module)
+            self.count = self.nvml.count()
             self.provenance = "NVML per-process used GPU memory once a second"
-        except Exception as err:
-            self.provenance += f"NVML unavailable: {err}"
+        except (NvmlUnavailable, Exception) as err:
+            self.provenance = f"no GPU memory sampled: {err}"
+            if self.nvml is not None:
+                self.nvml.close()
             self.nvml = None
 
     def sample(self, now: float) -> None:
@@ -152,11 +147,8 @@ class GpuSampler:
         self.last = now
         try:
             job = {self.pid, *(c.pid for c in psutil.Process(self.pid).children(recursive=True))}
-            total = 0
-            for handle in self.handles:
-                for proc in self.nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if proc.pid in job and proc.usedGpuMemory:
-                        total += proc.usedGpuMemory
+            total = sum(used or 0 for i in range(self.count)
+                        for pid, used in self.nvml.compute_pids(i).items() if pid in job)
         except Exception:
             return
         if total:
@@ -165,10 +157,7 @@ class GpuSampler:
 
     def close(self) -> None:
         if self.nvml is not None:
-            try:
-                self.nvml.nvmlShutdown()
-            except Exception:
-                pass
+            self.nvml.close()
             self.nvml = None
 
 
@@ -238,7 +227,7 @@ class MemoryGpuOthers(Probe):
               "other_processes": "", "others": ""}
 
     def run(self, ctx: ProbeContext) -> Measurement:
-        from fieldguide.probes.gpu import NvmlUnavailable, nvml_devices
+        from fieldguide.nvml import NvmlUnavailable, nvml_devices
 
         started = time.monotonic()
         pid = ctx.target.pid

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,35 +36,25 @@ def maps_torch(pid: int) -> bool:
     return torch_library_in_maps(pid) is not None
 
 
-def gpu_processes() -> tuple[dict[int, int | None], str]:
+def gpu_processes(module: Any | None = None) -> tuple[dict[int, int | None], str]:
     """pid -> GPU memory (MB) for every compute process NVML lists, and NVML's status in words."""
+    from fieldguide.nvml import Nvml, NvmlUnavailable
+
     try:
-        import pynvml
-    except ImportError:
-        return {}, "NVML: nvidia-ml-py not installed"
-    try:
-        pynvml.nvmlInit()
-    except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return {}, f"NVML unavailable ({err})"
+        nvml = Nvml.open(module)
+    except NvmlUnavailable as err:
+        return {}, str(err)
     found: dict[int, int | None] = {}
     try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for query in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
-                try:
-                    for p in query(handle):
-                        used = getattr(p, "usedGpuMemory", None)
-                        found[p.pid] = round(used / 2**20) if used else None
-                except Exception:
-                    continue
-        return found, f"NVML: {pynvml.nvmlDeviceGetCount()} GPU(s)"
+        count = nvml.count()
+        for i in range(count):
+            for pid, used in nvml.compute_pids(i).items():
+                found[pid] = round(used / 2**20) if used else None
+        return found, f"NVML: {count} GPU(s)"
     except Exception as err:
         return found, f"NVML error ({err})"
     finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        nvml.close()
 
 
 def short_command(cmdline: str, long_arg: int = 24) -> str:
