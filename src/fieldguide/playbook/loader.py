@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from fieldguide.playbook.yamlread import LineDict, read_yaml
 CAUSES_FILE = "causes.yaml"
 NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
 PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm", "budget", "ready_timeout",
-                   "torch_trace"}
+                   "torch_trace", "include"}
+INCLUDE_FIELDS = {"playbook", "nodes", "continue"}
 CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify"}
 
 
@@ -254,6 +256,12 @@ def load_playbook(path: Path) -> Playbook:
             on_error=_edge(raw["error"], "error", raw, path, node_id) if "error" in raw else None,
             line=raw.line,
         )
+    for spec in data.get("include") or []:
+        for node_id, node in _included(spec, data, path).items():
+            if node_id in nodes:
+                raise PlaybookError(path, data.line_of("include"), f"includes node {node_id!r}, which this playbook "
+                                    "defines too", field="include")
+            nodes[node_id] = node
     causes = load_causes(path.parent)
     leaves = data.get("leaves") or {}
     if not isinstance(leaves, dict):
@@ -310,6 +318,41 @@ def load_playbook(path: Path) -> Playbook:
         torch_trace=torch_trace,
         source=path,
     )
+
+
+def _included(spec: Any, data: LineDict, path: Path) -> dict[str, Node]:
+    """Nodes of another playbook, by reference: `include: [{playbook: ID, nodes: [...], continue:
+    {a node (or leaf) of ID the included nodes lead to: this playbook's node (or leaf) instead}}]`.
+    The definitions stay in one place; only where they lead changes."""
+    line = data.line_of("include")
+    if not isinstance(spec, LineDict):
+        raise PlaybookError(path, line, "each include must be a mapping with playbook, nodes, continue", field="include")
+    _check_fields(spec, INCLUDE_FIELDS, path, None)
+    other_id, wanted, leads = spec.get("playbook"), spec.get("nodes"), spec.get("continue") or {}
+    if not isinstance(other_id, str) or not isinstance(wanted, list) or not isinstance(leads, dict):
+        raise PlaybookError(path, spec.line, "include needs playbook (an id), nodes (a list) and continue (a mapping)",
+                            field="include")
+    other_path = path.parent / f"{other_id}.yaml"
+    if other_id == data.get("id") or not other_path.is_file():
+        raise PlaybookError(path, spec.line, f"cannot include from {other_id!r}: no such playbook beside this one",
+                            field="include")
+    other = load_playbook(other_path)
+    found: dict[str, Node] = {}
+    for node_id in wanted:
+        if node_id not in other.nodes:
+            raise PlaybookError(path, spec.line, f"{other_id} has no node {node_id!r}", field="include")
+        node = other.nodes[node_id]
+        edges = {}
+        for key in ("on_pass", "on_depart", "on_error"):
+            edge = getattr(node, key)
+            if edge is not None and edge.kind in ("node", "leaf") and edge.target in leads:
+                edge = replace(edge, target=str(leads[edge.target]))  # here, not where the other playbook went
+            elif edge is not None and edge.kind == "node" and edge.target not in wanted:
+                raise PlaybookError(path, spec.line, f"included node {node_id} leads to {other_id}'s "
+                                    f"{edge.target}: say under `continue` where to go instead", field="include")
+            edges[key] = edge
+        found[node_id] = replace(node, **edges)
+    return found
 
 
 def _prefetch(data: LineDict, nodes: dict[str, Node], path: Path) -> tuple[MeasureOption, ...]:

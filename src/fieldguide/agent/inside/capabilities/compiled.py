@@ -63,6 +63,7 @@ class CompileWatch(Capability):
         self.open: dict[str, tuple[float, int]] = {}
         self.seen_metrics: set[tuple[Any, ...]] = set()
         self.last_state: dict[str, Any] | None = None
+        self.config_seen: dict[str, Any] = {}  # as the compiling thread sees it, at the last compile
         self.check: EquivalenceCheck | None = None
 
     def hook_torch(self, torch: ModuleType) -> None:
@@ -92,6 +93,10 @@ class CompileWatch(Capability):
         self.open[str(args.compile_id)] = (time.monotonic(), self.agent.step_count)
 
     def on_end(self, args: Any) -> None:
+        # torch's config overrides are thread-local: read them here, on the thread that compiles.
+        config = sys.modules.get("torch._dynamo.config")
+        if config is not None:
+            self.config_seen = self.config(config)
         compile_id = str(args.compile_id)
         started, step = self.open.pop(compile_id, (None, self.agent.step_count))
         trigger = getattr(args.callback_trigger, "name", str(args.callback_trigger))
@@ -123,8 +128,7 @@ class CompileWatch(Capability):
 
     def read_state(self) -> None:
         utils = sys.modules.get("torch._dynamo.utils")
-        config = sys.modules.get("torch._dynamo.config")
-        if utils is None or config is None:
+        if utils is None:
             return
         counters = utils.counters
         state = {
@@ -133,7 +137,7 @@ class CompileWatch(Capability):
             "stats": dict(counters.get("stats", {})),
             "limit_hits": sum(v for k, v in dict(counters.get("unimplemented", {})).items()
                               if "recompile limit" in k or "cache_size_limit" in k),
-            "config": self.config(config),
+            "config": self.config_seen,
         }
         if state != self.last_state:
             self.last_state = state

@@ -107,6 +107,43 @@ class OpProfile(Capability):
 COMPILED_REGION = "Torch-Compiled Region:"
 
 
+class DeviceActivity:
+    """CUDA activity in a profile: kernels (how many, how long) and copies (host to device from
+    pageable memory is a synchronous copy the device waits for)."""
+
+    def __init__(self) -> None:
+        self.kernels: list[float] = []
+        self.h2d_pageable_us = 0.0
+        self.h2d_pageable = 0
+        self.h2d_pinned_us = 0.0
+        self.copy_us = 0.0
+
+    def add(self, name: str, us: float) -> None:
+        if name.startswith("Memcpy"):
+            self.copy_us += us
+            if "HtoD" in name and "Pageable" in name:
+                self.h2d_pageable += 1
+                self.h2d_pageable_us += us
+            elif "HtoD" in name:
+                self.h2d_pinned_us += us
+        elif not name.startswith("Memset"):
+            self.kernels.append(us)
+
+    def summary(self, steps: int, wall: float) -> dict[str, Any]:
+        if not self.kernels and not self.copy_us:
+            return {}
+        per = max(steps, 1)
+        kernels = sorted(self.kernels)
+        wall_us = max(wall * 1e6, 1.0)
+        return {"kernels_per_step": len(kernels) / per,
+                "median_kernel_us": kernels[len(kernels) // 2] if kernels else None,
+                "kernel_busy_fraction": min(sum(kernels) / wall_us, 1.0),
+                "h2d_pageable_per_step": self.h2d_pageable / per,
+                "h2d_pageable_fraction": min(self.h2d_pageable_us / wall_us, 1.0),
+                "h2d_pinned_fraction": min(self.h2d_pinned_us / wall_us, 1.0),
+                "copy_fraction": min(self.copy_us / wall_us, 1.0)}
+
+
 def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
     """Ops per step, median op time, and the share of step time inside ops.
 
@@ -116,6 +153,7 @@ def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
     """
     outer: list[tuple[str, float]] = []
     regions: dict[str, int] = {}  # compiled graphs run, by compile id ("1/0"): breaks show here
+    device = DeviceActivity()
     loader_us = 0.0
     device_us = 0.0
     for event in profiler.events():
@@ -128,7 +166,9 @@ def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
             loader_us += event.cpu_time_total
             continue
         if getattr(event, "device_type", None) is not None and str(event.device_type).endswith("CUDA"):
-            device_us += getattr(event, "device_time_total", 0.0) or 0.0
+            spent = getattr(event, "device_time_total", 0.0) or 0.0
+            device_us += spent
+            device.add(name, spent)
             continue
         if not name.startswith("aten::"):
             continue
@@ -161,6 +201,7 @@ def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
         "loader_fraction": min(loader_us / max(wall * 1e6, 1.0), 1.0),
         "device_time_us": device_us or None,
         "compiled_regions": regions,
+        **device.summary(steps, wall),
         "top_ops": [{"op": n, "total_us": round(t, 1), "count": c} for n, (t, c) in top],
     }
 
