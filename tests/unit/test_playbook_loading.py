@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -544,3 +545,50 @@ def test_yaml_python_tags_are_not_executed(tmp_path):
     text = mutate("title: Tiny", "title: !!python/object/apply:os.system ['echo pwned']")
     err, path = load_error(tmp_path, text)
     assert "bad YAML" in str(err)
+
+
+def test_low_gpu_util_includes_slow_training_nodes_by_reference():
+    from fieldguide.playbook import find_playbook
+
+    slow, low = find_playbook("slow-training"), find_playbook("low-gpu-util")
+    for node_id in ("target.trains", "env.debug-flags", "input.data-wait", "input.producer", "host.overhead"):
+        assert low.nodes[node_id].question == slow.nodes[node_id].question  # one definition
+        assert low.nodes[node_id].measure == slow.nodes[node_id].measure
+    # Only where they lead changes: after the debug switches, the GPU; after the input, the step's syncs.
+    assert low.nodes["env.debug-flags"].on_pass.target == "device.shared"
+    assert low.nodes["input.data-wait"].on_pass.target == "host.sync"
+    assert (low.nodes["host.overhead"].on_pass.kind, low.nodes["host.overhead"].on_pass.target) == ("leaf", "device.busy")
+    assert slow.nodes["input.data-wait"].on_pass.target == "host.blocking-io"  # the original is untouched
+
+
+def test_an_included_node_whose_edge_leads_nowhere_here_is_named(tmp_path):
+    import shutil
+
+    from fieldguide.playbook import find_playbook
+
+    shutil.copy(find_playbook("slow-training").source, tmp_path / "slow-training.yaml")
+    (tmp_path / "causes.yaml").write_text((find_playbook("slow-training").source.parent / "causes.yaml").read_text())
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(textwrap.dedent("""\
+        id: mine
+        title: t
+        purpose: p
+        start: input.data-wait
+        include:
+          - playbook: slow-training
+            nodes: [input.data-wait, input.producer]
+        leaves: {t.ok: fine}
+        nodes:
+          - id: own
+            question: q?
+            why: w
+            measure:
+              - probe: loop.steps
+                expect: {data_wait_fraction: {below: 0.1}}
+            pass: {leaf: t.ok}
+            depart: {leaf: t.ok}
+    """))
+    with pytest.raises(PlaybookError) as info:
+        load_playbook(mine)
+    assert "included node input.data-wait leads to slow-training's host.blocking-io" in str(info.value)
+    assert "continue" in str(info.value)

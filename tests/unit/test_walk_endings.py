@@ -196,3 +196,31 @@ def test_a_probe_measuring_a_prefetched_window_through_the_runner_does_not_deadl
     worker.join(timeout=5)
     assert not worker.is_alive(), "deadlocked"
     assert result[0].values == {"inner": 1}
+
+
+def test_a_depart_edge_that_stops_ends_inconclusive_with_its_reason() -> None:
+    book = playbook(
+        node("a", "loop.steps", {"x": {"equals": True}}, Edge("leaf", "healthy"),
+             Edge("stop", "the job compiles nothing: nothing for this playbook")))
+    walk = Walk(book, lambda: {"process", "agent"}, measure_with({"loop.steps": {"x": False}}))
+    walk.run()
+    assert [r.status for r in walk.path] == [DEPART]
+    assert walk.verdict == INCONCLUSIVE and walk.departure is None and walk.conclusion is None
+    assert walk.caveat == "the job compiles nothing: nothing for this playbook"
+
+
+def test_low_gpu_util_on_a_machine_without_a_gpu_skips_the_gpu_nodes_and_the_host_decides() -> None:
+    from fg_fakes import FakeMeasure, healthy_values
+
+    from fieldguide.playbook import find_playbook
+
+    values: dict[str, Any] = healthy_values()
+    values["loop.steps"] = {**values["loop.steps"], "data_wait_fraction": 0.6, "producer_cpu_fraction": 0.05,
+                            "producer": "workers"}
+    values["process.cpu"] = {**values["process.cpu"], "worker_cpu_cores": 0.1, "worker_cores_mean": 0.05}
+    walk = Walk(find_playbook("low-gpu-util"), lambda: {"process", "agent"}, FakeMeasure(values))
+    walk.run()
+    statuses = {r.node: r.status for r in walk.path}
+    assert [n for n, s in statuses.items() if s == SKIP] == ["device.shared", "device.used", "device.throttled"]
+    assert all("needs an NVIDIA GPU" in r.note for r in walk.path if r.status == SKIP)
+    assert walk.departure is not None and walk.departure.cause.id == "input.waiting"
