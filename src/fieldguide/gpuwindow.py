@@ -187,3 +187,39 @@ def summarize(devices: list[DeviceSamples]) -> tuple[dict[str, Any], dict[str, s
         missing["gpu_util_median"] = "; ".join(sorted({d.unsupported.get("utilization", "") for d in devices} - {""})) \
             or "no utilization readings"
     return {**values, "per_device": per}, missing
+
+
+class GpuPoller:
+    """A reading per GPU for a live panel: its state now, and GPM's SM activity since the last poll.
+
+    Call `poll()` from one thread at a time (a worker's loop, which waits between polls); it opens
+    NVML on first use and says why once when it cannot."""
+
+    def __init__(self, module: Any | None = None) -> None:
+        self.module = module
+        self.nvml: Nvml | None = None
+        self.gpm: dict[int, Reading] = {}
+
+    def poll(self) -> tuple[list[dict[str, Any]], str | None]:
+        from fieldguide.nvml import NvmlUnavailable
+
+        if self.nvml is None:
+            try:
+                self.nvml = Nvml.open(self.module)
+            except NvmlUnavailable as err:
+                return [], str(err)
+        rows = []
+        for index in range(self.nvml.count()):
+            row = self.nvml.device(index)
+            previous = self.gpm.get(index)
+            if previous is not None and previous.ok:
+                metrics = self.nvml.gpm_end(previous)
+                row["sm_active"] = metrics.value.get("sm_active") if metrics.ok else None
+            self.gpm[index] = self.nvml.gpm_begin(index)
+            rows.append(row)
+        return rows, None
+
+    def close(self) -> None:
+        if self.nvml is not None:
+            self.nvml.close()
+            self.nvml = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from textual import on
 from textual.app import App
@@ -46,6 +46,7 @@ class FieldguideApp(App[int]):
         super().__init__()
         self.spec, self.playbook, self.scanner, self.factory = spec, playbook, scanner, factory
         self.auto, self.export_default = auto, export_default
+        self.nvml_module: Any = None  # the GPU panels' NVML: pynvml, or a constructed one in tests
         self.verdict: str | None = None  # set when a walk ends
         self.exit_hint: int | None = None  # a target that could not be measured
         self.closing = False

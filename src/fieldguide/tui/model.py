@@ -270,3 +270,30 @@ def reading_lines(reading: dict[str, Any], width: int) -> tuple[list[Line], str]
         text = " · ".join(f"{label(str(k))} {format_value(v, value_units.get(str(k), ''))}"
                           for k, v in values.items() if v is not None and not isinstance(v, (dict, list)))
     return lines, text
+
+
+# -- the GPU panel: a line per GPU ---------------------------------------------------------------------
+
+THROTTLE_WORDS = {"sw_power_cap": "power cap", "hw_slowdown": "hw slowdown", "sw_thermal_slowdown": "thermal",
+                  "hw_thermal_slowdown": "thermal (hw)", "hw_power_brake_slowdown": "power brake"}
+
+
+def gpu_line(gpu: dict[str, Any]) -> tuple[str, str]:
+    """One GPU as a line (nvitop's, shortened for 80 columns), and its style: util, real SM
+    activity where GPM gives it, memory, power and clock against their limits, throttling."""
+
+    def num(value: Any, spec: str = ".0f") -> str:
+        return "n/a" if value is None else format(value, spec)
+
+    mem_used, mem_total = gpu.get("memory_used_mb"), gpu.get("memory_total_mb")
+    parts = [f"GPU{gpu.get('index')}", f"util {num(gpu.get('utilization_gpu'), '>3.0f')}%"]
+    if gpu.get("sm_active") is not None:
+        parts.append(f"SM {num(gpu.get('sm_active'), '>3.0f')}%")
+    parts.append(f"mem {num(mem_used / 1024 if mem_used is not None else None, '.1f')}/"
+                 f"{num(mem_total / 1024 if mem_total is not None else None)}G")
+    parts.append(f"{num(gpu.get('power_w'))}/{num(gpu.get('power_limit_w'))}W")
+    parts.append(f"{num(gpu.get('sm_clock_mhz'))}/{num(gpu.get('sm_clock_max_mhz'))}MHz")
+    throttled = [THROTTLE_WORDS.get(r, r) for r in gpu.get("throttle_reasons") or []]
+    if throttled:
+        parts.append("⚠ " + ", ".join(throttled))
+    return "  ".join(parts), "bold red" if throttled else ""

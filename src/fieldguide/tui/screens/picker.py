@@ -20,6 +20,7 @@ from fieldguide.tui.dialogs.error import ErrorDialog
 from fieldguide.tui.dialogs.launch import LaunchDialog
 from fieldguide.tui.model import TargetSpec
 from fieldguide.tui.procscan import ProcInfo, Scanner, short_command
+from fieldguide.tui.widgets.gpu import GpuPanel
 
 if TYPE_CHECKING:
     from textual import getters
@@ -68,6 +69,7 @@ class TargetPicker(Screen[None]):
             yield Static("Running Python processes that use torch (and GPU processes)", classes="section-title")
             yield DataTable(id="procs", cursor_type="row", zebra_stripes=False)
             yield Static("scanning processes…", id="scan-status", classes="hint")
+            yield GpuPanel(id="picker-gpus")
         yield Footer()
 
     def on_mount(self) -> None:

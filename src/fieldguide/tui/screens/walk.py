@@ -39,6 +39,7 @@ from fieldguide.tui.messages import (
 from fieldguide.tui.model import TargetSpec
 from fieldguide.tui.screens.walkworkers import WalkWorkers
 from fieldguide.tui.walkstate import ADVANCE, QUEUE, START, WALK, Request, WalkState
+from fieldguide.tui.widgets.gpu import GpuPanel
 from fieldguide.tui.widgets.node_panel import NodePanel
 from fieldguide.tui.widgets.tree import Item, PlaybookTree
 
@@ -76,6 +77,7 @@ class WalkScreen(WalkWorkers):
         with Horizontal(id="walk-body"):
             yield PlaybookTree(self.playbook, id="tree")
             yield NodePanel(id="panel")
+        yield GpuPanel(id="walk-gpus")
         yield Footer()
 
     @property
