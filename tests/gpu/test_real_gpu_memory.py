@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import run_fieldguide
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda")]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,11 +64,6 @@ CUDA_OOM = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(autouse=True)
-def cuda() -> None:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA here")
 
 
 def diagnose(tmp_path: Path, script_text: str, playbook: str = "oom", env: dict[str, str] | None = None) -> dict:

@@ -17,13 +17,23 @@ NO_CUDA = "has not initialised CUDA"
 WARMUP_STEPS = 2
 
 
-def not_on_cuda(probe: AgentProbe, reply: AgentReply, seconds: float) -> Measurement:
-    """A failed reply: a job with no CUDA work is outside what the probe measures (skip), else a failure."""
-    return probe.cannot(reply.error, seconds=seconds, applicable=NO_CUDA not in reply.error)
+class CudaProbe(AgentProbe):
+    """Asks the agent once for a few steps' measurement; a job with no CUDA work is skipped."""
+
+    def ask_steps(self, ctx: ProbeContext, request: str, steps: int, status: str,
+                  wait: float = 30.0) -> tuple[AgentReply, float, Measurement | None]:
+        started = time.monotonic()
+        self.reading(ctx, status=status)
+        reply = self.ask(ctx, {"steps": steps, "timeout_s": min(wait, ctx.budget_left)},
+                         timeout=min(wait + 10, ctx.budget_left), name=request)
+        seconds = time.monotonic() - started
+        failed = None if reply.ok else self.cannot(reply.error, seconds=seconds,
+                                                     applicable=NO_CUDA not in reply.error)
+        return reply, seconds, failed
 
 
 @register
-class CudaSyncs(AgentProbe):
+class CudaSyncs(CudaProbe):
     id = "cuda.syncs"
     title = "Host-device synchronizations per step and the lines that make them (sync debug mode, a few steps)"
     capability = "cuda"
@@ -31,13 +41,10 @@ class CudaSyncs(AgentProbe):
     values = {"syncs_per_step": "", "sync_at": "", "sync_sites": ""}
 
     def run(self, ctx: ProbeContext, steps: int = 5) -> Measurement:
-        started = time.monotonic()
-        self.reading(ctx, status=f"counting synchronizing CUDA calls over {steps} steps")
-        reply = self.ask(ctx, {"steps": steps, "timeout_s": min(30.0, ctx.budget_left)},
-                         timeout=min(40.0, ctx.budget_left), name="syncs")
-        seconds = time.monotonic() - started
-        if not reply.ok:
-            return not_on_cuda(self, reply, seconds)
+        reply, seconds, failed = self.ask_steps(ctx, "syncs", steps,
+                                                f"counting synchronizing CUDA calls over {steps} steps")
+        if failed is not None:
+            return failed
         sites = reply.result.get("sites") or []
         values = {"syncs_per_step": round(float(reply.result.get("per_step") or 0.0), 2),
                   "sync_at": sites[0]["where"] if sites else None, "sync_sites": len(sites)}
@@ -58,7 +65,7 @@ def step_times(device_ms: list[float], host_ms: list[float]) -> dict[str, Any]:
 
 
 @register
-class CudaSteps(AgentProbe):
+class CudaSteps(CudaProbe):
     id = "cuda.steps"
     title = "Device time per step from CUDA events at step boundaries, beside the host's interval"
     capability = "cuda"
@@ -68,13 +75,10 @@ class CudaSteps(AgentProbe):
     series = {"device_ms": "ms", "host_ms": "ms"}
 
     def run(self, ctx: ProbeContext, steps: int = 20) -> Measurement:
-        started = time.monotonic()
-        self.reading(ctx, status=f"timing {steps} steps with CUDA events")
-        reply = self.ask(ctx, {"steps": steps, "timeout_s": min(60.0, ctx.budget_left)},
-                         timeout=min(70.0, ctx.budget_left), name="device_time")
-        seconds = time.monotonic() - started
-        if not reply.ok:
-            return not_on_cuda(self, reply, seconds)
+        reply, seconds, failed = self.ask_steps(ctx, "device_time", steps,
+                                                f"timing {steps} steps with CUDA events", wait=60.0)
+        if failed is not None:
+            return failed
         device_ms = [float(v) for v in reply.result.get("device_ms") or []]
         host_ms = [float(v) for v in reply.result.get("host_ms") or []]
         values = {**step_times(device_ms, host_ms), "queued_ms_at_end": reply.result.get("queued_ms_at_end")}
@@ -85,7 +89,7 @@ class CudaSteps(AgentProbe):
 
 
 @register
-class CudaProfile(AgentProbe):
+class CudaProfile(CudaProbe):
     id = "cuda.profile"
     title = "Kernels and copies in a few profiled steps (torch.profiler with CUDA activity)"
     capability = "opprofile"
@@ -94,13 +98,9 @@ class CudaProfile(AgentProbe):
               "h2d_pageable_per_step": "", "h2d_pageable_fraction": "fraction", "copy_fraction": "fraction"}
 
     def run(self, ctx: ProbeContext, steps: int = 5) -> Measurement:
-        started = time.monotonic()
-        self.reading(ctx, status=f"profiling {steps} steps with CUDA activity")
-        reply = self.ask(ctx, {"steps": steps, "timeout_s": min(30.0, ctx.budget_left)},
-                         timeout=min(40.0, ctx.budget_left), name="profile")
-        seconds = time.monotonic() - started
-        if not reply.ok:
-            return self.cannot(reply.error, seconds=seconds)
+        reply, seconds, failed = self.ask_steps(ctx, "profile", steps, f"profiling {steps} steps with CUDA activity")
+        if failed is not None:
+            return failed
         profile = reply.result.get("profile") or {}
         if "kernels_per_step" not in profile:
             return self.cannot("the profile holds no CUDA activity: the job runs no work on a GPU",
