@@ -60,6 +60,8 @@ class DeviceSamples:
     job_memory_mb: float = 0.0
     others_memory_mb: float = 0.0
     others: dict[int, float] = field(default_factory=dict)  # pid -> MB
+    memory: dict[int, float] = field(default_factory=dict)  # every process on the device: pid -> MB
+    process_sm: dict[int, float] = field(default_factory=dict)  # pid -> highest SM % in the window
     gpm: dict[str, float] | None = None
     unsupported: dict[str, str] = field(default_factory=dict)
 
@@ -88,10 +90,13 @@ def sample_once(nvml: Nvml, dev: DeviceSamples, pids: set[int], since_us: int) -
     memory = {p["pid"]: p["used_mb"] or 0 for p in state["processes"]}
     dev.job_memory_mb = max(dev.job_memory_mb, float(sum(mb for pid, mb in memory.items() if pid in pids)))
     dev.others = {pid: float(mb) for pid, mb in memory.items() if pid not in pids}
+    dev.memory = {pid: float(mb) for pid, mb in memory.items()}
     dev.others_memory_mb = max(dev.others_memory_mb, float(sum(dev.others.values())))
     per_process = nvml.process_utilization(dev.index, since_us)
     if per_process.ok:
         by_pid = per_process.value
+        for pid, (sm, _) in by_pid.items():
+            dev.process_sm[pid] = max(dev.process_sm.get(pid, 0.0), sm)
         dev.job_sm.append(sum(sm for pid, (sm, _) in by_pid.items() if pid in pids))
         dev.others_sm.append(sum(sm for pid, (sm, _) in by_pid.items() if pid not in pids))
     else:
@@ -132,7 +137,8 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def summarize(devices: list[DeviceSamples]) -> tuple[dict[str, Any], dict[str, str]]:
+def summarize(devices: list[DeviceSamples], job_pids: frozenset[int] | set[int] = frozenset()
+              ) -> tuple[dict[str, Any], dict[str, str]]:
     """Values over the job's GPUs (the busiest one speaks for utilization) and why any is missing."""
     missing: dict[str, str] = {}
     if not devices:
@@ -154,6 +160,9 @@ def summarize(devices: list[DeviceSamples]) -> tuple[dict[str, Any], dict[str, s
             "job_memory_mb": d.job_memory_mb, "others_memory_mb": d.others_memory_mb,
             "sm_active": (d.gpm or {}).get("sm_active"), "tensor_active": (d.gpm or {}).get("tensor_active"),
             "sm_occupancy": (d.gpm or {}).get("sm_occupancy"), "dram_bw": (d.gpm or {}).get("dram_bw"),
+            "processes": [{"pid": pid, "job": pid in job_pids, "memory_mb": d.memory.get(pid),
+                           "sm_util_max": d.process_sm.get(pid)}
+                          for pid in sorted(set(d.memory) | set(d.process_sm))],
         })
     busiest = max(per, key=lambda p: p["util_median"] if p["util_median"] is not None else -1)
     values: dict[str, Any] = {

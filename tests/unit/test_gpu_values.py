@@ -39,8 +39,11 @@ def test_a_window_reads_the_drivers_samples_and_tells_the_job_from_others() -> N
     gpu = FakeGpu(util=[(1, 30), (2, 34), (3, 32)], processes={JOB: 8 * 2**30, 999: 20 * 2**30},
                   process_sm={JOB: (25, 10), 999: (40, 30)}, gpm={2: 8.0, 3: 12.0, 5: 1.5, 10: 20.0})
     nvml = open_fake(gpu)
-    values, missing = summarize(sample_window(nvml, [0], {JOB}, seconds=0))
+    values, missing = summarize(sample_window(nvml, [0], {JOB}, seconds=0), {JOB})
     assert values["gpu_util_median"] == 32.0
+    assert values["per_device"][0]["processes"] == [
+        {"pid": 999, "job": False, "memory_mb": 20480.0, "sm_util_max": 40.0},
+        {"pid": JOB, "job": True, "memory_mb": 8192.0, "sm_util_max": 25.0}]
     assert values["job_sm_util"] == 25.0 and values["others_sm_util"] == 40.0
     assert values["job_memory_mb"] == 8192 and values["others_memory_mb"] == 20480
     # "GPU-Util 32% while SMs are 8% active": GPM's real activity, which nvidia-smi cannot give.
@@ -113,3 +116,22 @@ def test_a_sync_is_placed_at_the_jobs_own_line() -> None:
              traceback.FrameSummary("/opt/venv/lib/python3.11/site-packages/torch/_tensor.py", 1000, "item"),
              traceback.FrameSummary("/usr/lib/python3.11/warnings.py", 10, "warn")]
     assert user_site(stack) == "train.py:57 in main"
+
+
+def test_the_loops_step_time_on_a_gpu_is_the_devices() -> None:
+    import threading
+
+    from fieldguide.agent.channel import AgentReply
+    from fieldguide.probes.loop import LoopSteps
+
+    done = threading.Thread(target=lambda: None)
+    done.start()
+    values: dict = {}
+    missing: dict = {}
+    reply = AgentReply(True, {"device_ms": [30.0, 20.0, *[16.1] * 8], "host_ms": [5.0, 5.0, *[9.5] * 8]})
+    LoopSteps._add_device_time([done, reply], values, missing)
+    assert values == {"device_step_ms_median": 16.1, "device_step_ms_p90": 16.1} and not missing
+    values, missing = {}, {}
+    LoopSteps._add_device_time([done, AgentReply(False, error="the job has not initialised CUDA (...)")],
+                               values, missing)
+    assert not values and "not initialised CUDA" in missing["device_step_ms_median"]

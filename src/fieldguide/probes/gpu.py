@@ -91,7 +91,7 @@ class GpuWindow(Probe):
             devices = sample_window(nvml, indices, pids, seconds, keep_going)
         finally:
             nvml.close()
-        values, missing = summarize(devices)
+        values, missing = summarize(devices, pids)
         per_device = values.pop("per_device", [])
         values["job_on_gpu"] = holding if pids else None
         if not pids:

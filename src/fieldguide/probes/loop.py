@@ -163,7 +163,7 @@ class LoopSteps(AgentProbe):
         "data_wait_ms_median": "ms", "data_wait_ms_p90": "ms", "data_wait_fraction": "fraction",
         "producer": "", "producer_cpu_fraction": "fraction", "steps_per_second": "1/s", "backwards_per_step": "",
         "closures_per_step": "", "epoch_starts": "", "first_batch_ms_median": "ms",
-        "startup_wait_fraction": "fraction",
+        "startup_wait_fraction": "fraction", "device_step_ms_median": "ms", "device_step_ms_p90": "ms",
     }
     series = {"step_ms": "ms", "data_wait_ms": "ms"}
 
@@ -186,6 +186,7 @@ class LoopSteps(AgentProbe):
         # Steps slower than they looked: wait on for min_steps, up to 3x, within the budget.
         deadline_hard = started + min(max(seconds * 3, seconds + 1), ctx.budget_left)
         sampled = self._sample_input_phase(ctx, conn, seconds)
+        device = self._device_time(ctx, conn, seconds)
         while True:
             now = time.monotonic()
             in_window = [r for r in list(conn.steps) if r[T_END] >= started]
@@ -208,6 +209,9 @@ class LoopSteps(AgentProbe):
         if values["steps"] < 2:
             return self.cannot(f"only {values['steps']} training steps in {elapsed:.0f} s (no optimizer.step "
                                "or backward() seen)", provenance=provenance, seconds=elapsed)
+        self._add_device_time(device, values, missing)
+        if values.get("device_step_ms_median") is not None:
+            provenance += "; on the GPU, device time per step from CUDA events (the synchronized step time)"
         window = [r for r in steps if started <= r[T_END] <= end]
         evidence = self._evidence(window, conn.iters, started, end)
         if view is not None and view.samples:
@@ -227,6 +231,38 @@ class LoopSteps(AgentProbe):
         thread.start()
         box.append(thread)
         return box
+
+    def _device_time(self, ctx: ProbeContext, conn: Any, seconds: float) -> list[Any]:
+        """On a GPU, CUDA events over the same window, asked on a thread; the list gets the reply.
+        The host's step intervals run ahead of a device that queues work: the device's are the truth."""
+        box: list[Any] = []
+        agent = ctx.target.agent
+        if "cuda" not in conn.capabilities or agent is None:
+            return box
+        typical = median([r[WALL] for r in list(conn.steps)[-10:]]) or 0.05
+        steps = max(5, min(50, int(seconds / max(typical, 1e-3))))
+        thread = threading.Thread(target=lambda: box.append(agent.request(
+            "cuda", {"steps": steps, "timeout_s": seconds + 5}, timeout=seconds + 10, name="device_time")),
+            name="fieldguide-device-time", daemon=True)
+        thread.start()
+        box.append(thread)
+        return box
+
+    @staticmethod
+    def _add_device_time(device: list[Any], values: dict[str, Any], missing: dict[str, str]) -> None:
+        from fieldguide.probes.cuda import step_times
+
+        reply = None
+        if device:
+            device[0].join(timeout=15)
+            reply = device[1] if len(device) > 1 else None
+        if reply is not None and reply.ok:
+            times = step_times(reply.result.get("device_ms") or [], reply.result.get("host_ms") or [])
+            values["device_step_ms_median"] = times["device_step_ms_median"]
+            values["device_step_ms_p90"] = times["device_step_ms_p90"]
+            return
+        why = reply.error if reply is not None else "no CUDA capability in this agent"
+        missing["device_step_ms_median"] = missing["device_step_ms_p90"] = why
 
     def _input_view(self, ctx: ProbeContext, sampled: list[Any]) -> InputView | None:
         if not sampled:
