@@ -31,9 +31,10 @@ class Turn:
 
 
 @dataclass
-class ABResult:
-    label_a: str
-    label_b: str
+class Arms:
+    """What an experiment's turns timed, arm by arm ("a" is the job as launched)."""
+
+    labels: dict[str, str]
     turns: list[Turn]
 
     def steps(self, arm: str) -> list[float]:
@@ -42,24 +43,41 @@ class ABResult:
     def median_ms(self, arm: str) -> float | None:
         return median(self.steps(arm))
 
-    def ratios(self) -> list[float]:
-        """Per round, B's median over A's (>1: A is faster)."""
-        a_turns = [t for t in self.turns if t.arm == "a" and t.step_ms]
-        b_turns = [t for t in self.turns if t.arm == "b" and t.step_ms]
+    def ratios(self, arm: str, against: str = "a") -> list[float]:
+        """Per round, `arm`'s median over `against`'s (>1: `against` is faster)."""
+        mine = [t for t in self.turns if t.arm == arm and t.step_ms]
+        theirs = [t for t in self.turns if t.arm == against and t.step_ms]
         found = []
-        for a, b in zip(a_turns, b_turns, strict=False):  # a cancelled run may end mid-round
-            ma, mb = median(a.step_ms), median(b.step_ms)
-            if ma and mb:
-                found.append(mb / ma)
+        for ours, base in zip(mine, theirs, strict=False):  # a cancelled run may end mid-round
+            mo, mb = median(ours.step_ms), median(base.step_ms)
+            if mo and mb:
+                found.append(mo / mb)
+        return found
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Per arm: its median step with quartiles, steps timed, and its ratio to arm A per round."""
+        found = []
+        for arm, label in self.labels.items():
+            steps = self.steps(arm)
+            ratios = self.ratios(arm) if arm != "a" else []
+            found.append({"arm": label, "step_ms": _r(median(steps)), "step_ms_q1": _r(quantile(steps, 0.25)),
+                          "step_ms_q3": _r(quantile(steps, 0.75)), "steps": len(steps),
+                          "vs_a": _r(median(ratios)) if ratios else None,
+                          "vs_a_min": _r(min(ratios)) if ratios else None,
+                          "vs_a_max": _r(max(ratios)) if ratios else None})
         return found
 
     def summary(self) -> dict[str, Any]:
-        ratios = self.ratios()
+        """Arm B against arm A: each median, B/A over all steps, and its min-max and quartiles over rounds."""
+        ratios = self.ratios("b")
         a, b = self.median_ms("a"), self.median_ms("b")
         return {"a_step_ms": _r(a), "b_step_ms": _r(b), "ratio": _r(b / a) if a and b else None,
                 "ratio_min": _r(min(ratios)) if ratios else None, "ratio_max": _r(max(ratios)) if ratios else None,
                 "ratio_q1": _r(quantile(ratios, 0.25)), "ratio_q3": _r(quantile(ratios, 0.75)),
                 "rounds": len(ratios), "a_steps": len(self.steps("a")), "b_steps": len(self.steps("b"))}
+
+
+ABResult = Arms  # two arms: the launched job and one change
 
 
 def _r(value: float | None) -> float | None:
@@ -70,52 +88,72 @@ class ExperimentFailed(Exception):
     """The experiment could not be run; the message says why in one line."""
 
 
-class ABExperiment:
-    def __init__(self, target: LaunchTarget, change: dict[str, str], label_a: str, label_b: str) -> None:
+ARM_KEYS = "abcdefghij"
+
+
+class TurnExperiment:
+    """The launched job (arm "a") against relaunches of it, each with one change, in turns."""
+
+    def __init__(self, target: LaunchTarget, label_a: str, variants: list[tuple[str, dict[str, str]]]) -> None:
+        if not 1 <= len(variants) < len(ARM_KEYS):
+            raise ValueError(f"an experiment has 1 to {len(ARM_KEYS) - 1} variants")
         self.target = target
-        self.change = change
-        self.label_a, self.label_b = label_a, label_b
-        self.relaunched: LaunchTarget | None = None
+        self.labels = {"a": label_a, **{ARM_KEYS[i + 1]: label for i, (label, _) in enumerate(variants)}}
+        self.changes = {ARM_KEYS[i + 1]: change for i, (_, change) in enumerate(variants)}
+        self.relaunched: dict[str, LaunchTarget] = {}
+        self.applied: dict[str, list[dict[str, Any]]] = {}
 
     def run(self, *, rounds: int = 3, window_s: float = 3.0, warmup_steps: int = 5, ready_timeout: float = 30.0,
             cancelled: Callable[[], bool] = lambda: False,
-            progress: Callable[[str, dict[str, list[float]]], None] = lambda status, series: None) -> ABResult:
+            progress: Callable[[str, dict[str, list[float]]], None] = lambda status, series: None) -> Arms:
         if not self.target.alive():
             raise ExperimentFailed("the launched job has ended: there is no arm A to measure")
-        progress(f"relaunching the command with {_env_text(self.change)}", {})
+        arms: dict[str, LaunchTarget] = {"a": self.target}
         try:
-            self.relaunched = LaunchTarget(self.target.cmd, env=self.target.relaunch_env(self.change))
-        except Exception as err:
-            raise ExperimentFailed(f"could not relaunch the command: {err}") from None
-        b = self.relaunched
-        try:
-            if not b.wait_ready(timeout=ready_timeout, min_steps=warmup_steps + 2):
-                raise ExperimentFailed(f"the relaunched job ran no {warmup_steps + 2} steps within {ready_timeout:.0f} s")
-            window = self._window(window_s)
+            for key, change in self.changes.items():
+                progress(f"relaunching the command with {_env_text(change)}", {})
+                try:
+                    arms[key] = self.relaunched[key] = LaunchTarget(self.target.cmd,
+                                                                    env=self.target.relaunch_env(change))
+                except Exception as err:
+                    raise ExperimentFailed(f"could not relaunch the command: {err}") from None
+                # One arm starts at a time: the others' start-up would slow its own.
+                if not arms[key].wait_ready(timeout=ready_timeout, min_steps=warmup_steps + 2):
+                    raise ExperimentFailed(f"the job relaunched with {_env_text(change)} ran no {warmup_steps + 2} "
+                                           f"steps within {ready_timeout:.0f} s")
+                arms[key].pause()
+            window = self._window(window_s, arms.values())
+            keys = list(arms)
             turns: list[Turn] = []
-            order = [arm for i in range(rounds) for arm in (("a", "b") if i % 2 == 0 else ("b", "a"))]
-            b.pause()
+            order = [keys[(i + j) % len(keys)] if i % 2 == 0 else keys[(i - j) % len(keys)]
+                     for i in range(rounds) for j in range(len(keys))]
             for arm in order:
                 if cancelled():
                     break
-                running, paused = (self.target, b) if arm == "a" else (b, self.target)
-                paused.pause()
-                running.resume()
-                turn = self._turn(arm, running, window, cancelled)
+                for key, target in arms.items():
+                    if key != arm:
+                        target.pause()
+                arms[arm].resume()
+                turn = self._turn(arm, arms[arm], window, cancelled)
                 turns.append(turn)
-                progress(f"{self.label_a if arm == 'a' else self.label_b}: {len(turn.step_ms)} steps timed",
-                         {"a_ms": self._steps_of(turns, "a"), "b_ms": self._steps_of(turns, "b")})
-            return ABResult(self.label_a, self.label_b, turns)
+                progress(f"{self.labels[arm]}: {len(turn.step_ms)} steps timed",
+                         {f"{key}_ms": self._steps_of(turns, key) for key in keys})
+            return Arms(dict(self.labels), turns)
         finally:
             self.target.resume()
-            b.resume()
-            b.close()
+            for key, target in self.relaunched.items():
+                conn = target.agent.primary() if target.agent else None
+                if conn is not None:  # what the agent changed in that arm, before it is gone
+                    self.applied[key] = list(conn.stream("overrides", "applied").items)
+                target.resume()
+                target.close()
 
-    def _window(self, window_s: float) -> float:
-        """Long enough for about ten steps of the slower arm, at least `window_s`."""
+    @staticmethod
+    def _window(window_s: float, targets: Any) -> float:
+        """Long enough for about ten steps of the slowest arm, at least `window_s`."""
         typical = []
-        for target in (self.target, self.relaunched):
-            conn = target.agent.primary() if target is not None and target.agent else None
+        for target in targets:
+            conn = target.agent.primary() if target.agent else None
             if conn is not None:
                 typical.append(median([r[1] for r in list(conn.steps)[-10:]]) or 0.0)
         return min(max(window_s, 10 * max(typical, default=0.0)), 15.0)
@@ -136,6 +174,17 @@ class ABExperiment:
         # Steps that began and ended inside the turn: none spans a pause.
         step_ms = [round(r[1] * 1000, 3) for r in rows if r[0] <= ended and r[0] - r[1] >= started]
         return Turn(arm=arm, started=started, ended=ended, step_ms=step_ms)
+
+
+class ABExperiment(TurnExperiment):
+    """The launched job against the same command with one change."""
+
+    def __init__(self, target: LaunchTarget, change: dict[str, str], label_a: str, label_b: str) -> None:
+        super().__init__(target, label_a, [(label_b, change)])
+
+    @property
+    def relaunched_b(self) -> LaunchTarget | None:
+        return self.relaunched.get("b")
 
 
 def _env_text(change: dict[str, str]) -> str:

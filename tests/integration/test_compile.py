@@ -127,7 +127,7 @@ def test_the_ab_runner_times_both_arms_in_turns(tmp_path: Path) -> None:
         experiment = ABExperiment(target, {"SLOWER": "1"}, "as launched", "slower")
         result = experiment.run(rounds=2, window_s=1.0, warmup_steps=3)
         assert target.alive(), "arm A is resumed after the experiment"
-        assert experiment.relaunched is not None and not experiment.relaunched.alive(), "arm B is ended"
+        assert experiment.relaunched_b is not None and not experiment.relaunched_b.alive(), "arm B is ended"
     finally:
         target.close()
     assert [t.arm for t in result.turns] == ["a", "b", "b", "a"]

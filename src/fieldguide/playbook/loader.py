@@ -20,7 +20,8 @@ NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
 PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm", "budget", "ready_timeout",
                    "torch_trace", "include"}
 INCLUDE_FIELDS = {"playbook", "nodes", "continue"}
-CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify"}
+CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify", "experiment"}
+EXPERIMENT_FIELDS = {"override", "values", "env", "none"}
 
 
 class PlaybookError(BadInput):
@@ -137,6 +138,7 @@ def load_causes(directory: Path) -> dict[str, Cause]:
                 template_fields(summary)
             except ValueError as err:
                 raise PlaybookError(path, page.line_of("summary"), str(err), node=f"cause {cause_id}", field="summary") from None
+            experiment = _experiment(page, path, str(cause_id))
             causes[cause_id] = Cause(
                 id=cause_id,
                 title=_text(page, "title", path, f"cause {cause_id}"),
@@ -144,8 +146,37 @@ def load_causes(directory: Path) -> dict[str, Cause]:
                 why=_text(page, "why", path, f"cause {cause_id}"),
                 fix=tuple(s.strip() for s in fix),
                 verify=_text(page, "verify", path, f"cause {cause_id}"),
+                experiment=experiment,
             )
     return causes
+
+
+def _experiment(page: LineDict, path: Path, cause_id: str) -> dict[str, Any] | None:
+    """A cause's fix as an experiment fieldguide can run (`--try-fix`): an agent override with the
+    values to try (`override`, `values`), an environment (`env`), or `none: why` for a fix that
+    is a code change."""
+    raw = page.get("experiment")
+    if raw is None:
+        return None
+    where = (path, page.line_of("experiment"))
+    if not isinstance(raw, LineDict) or not raw or set(raw) - EXPERIMENT_FIELDS:
+        raise PlaybookError(*where, f"must be a mapping of {', '.join(sorted(EXPERIMENT_FIELDS))}",
+                            node=f"cause {cause_id}", field="experiment")
+    if "none" in raw:
+        if set(raw) != {"none"} or not isinstance(raw["none"], str):
+            raise PlaybookError(*where, "none: says why there is no experiment, alone", node=f"cause {cause_id}",
+                                field="experiment")
+        return {"none": raw["none"].strip()}
+    override, values, env = raw.get("override"), raw.get("values"), raw.get("env")
+    if override is not None and (not isinstance(override, str) or not isinstance(values, list) or not values):
+        raise PlaybookError(*where, "override needs a name and a list of values to try", node=f"cause {cause_id}",
+                            field="experiment")
+    if env is not None and (not isinstance(env, dict) or not all(isinstance(v, (str, int)) for v in env.values())):
+        raise PlaybookError(*where, "env must map variables to values", node=f"cause {cause_id}", field="experiment")
+    if override is None and env is None:
+        raise PlaybookError(*where, "needs an override with values, an env, or none", node=f"cause {cause_id}",
+                            field="experiment")
+    return {"override": override, "values": list(values or []), "env": {str(k): str(v) for k, v in (env or {}).items()}}
 
 
 def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:

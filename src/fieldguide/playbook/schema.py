@@ -53,6 +53,8 @@ class Cause:
     why: str
     fix: tuple[str, ...]
     verify: str
+    # How fieldguide can try the fix on a launched job (`diagnose --try-fix`); see loader._experiment.
+    experiment: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ class Findings:
     `reruns`: what the user measured beyond the walk in the TUI (re-runs, jumps, re-measures),
     each a dict of node, action, status, measured, expected, note, probe, seconds and when.
     `exit`: how a target that ended during the walk ended (see `exit_text`), or None.
+    `experiments`: fixes tried by relaunching the job (`--try-fix`), each with what changed, how,
+    and every arm's median step with its spread (see fieldguide/tryfix.py).
     """
 
     playbook: str
@@ -74,6 +76,7 @@ class Findings:
     units: dict[str, str] = field(default_factory=dict)
     reruns: list[dict[str, Any]] = field(default_factory=list)
     exit: dict[str, Any] | None = None
+    experiments: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -97,6 +100,8 @@ class Findings:
             data["reruns"] = self.reruns
         if self.exit:
             data["exit"] = self.exit
+        if self.experiments:
+            data["experiments"] = self.experiments
         redacted: dict[str, Any] = redact_tree(data)
         return redacted
 
@@ -117,13 +122,16 @@ class Findings:
         ended = data.get("exit")
         if ended is not None and not isinstance(ended, dict):
             raise ValueError("exit must be an object")
+        experiments = data.get("experiments") or []
+        if not isinstance(experiments, list) or not all(isinstance(e, dict) and "cause" in e for e in experiments):
+            raise ValueError("experiments entries need a cause")
         return cls(playbook=data["playbook"], playbook_title=str(data.get("playbook_title") or data["playbook"]),
                    target=data.get("target", {}), environment=data.get("environment", {}),
                    verdict=data["verdict"], first_departure=data.get("first_departure"),
                    conclusion=data.get("conclusion"), conclusion_text=data.get("conclusion_text", ""),
                    path=data.get("path", []), created=data.get("created", ""), note=data.get("note", ""),
                    log_tail=data.get("log_tail", []), evidence=data.get("evidence", {}),
-                   units=data.get("units", {}), reruns=reruns, exit=ended or None)
+                   units=data.get("units", {}), reruns=reruns, exit=ended or None, experiments=experiments)
 
     # -- what every view reads -------------------------------------------------------------------
 
