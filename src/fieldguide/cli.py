@@ -7,7 +7,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fieldguide import __version__
 from fieldguide.errors import EXIT_BAD_INPUT, EXIT_FOR_VERDICT, EXIT_INTERRUPTED, FieldguideError
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--budget", type=float, help="most seconds of measurement (default 45)")
     diag.add_argument("--no-tui", action="store_true", help="walk headlessly even on a terminal")
     diag.add_argument("--show-output", action="store_true", help="pass the launched command's output through (stderr)")
+    diag.add_argument("--try-fix", action="store_true",
+                      help="after a departure, relaunch the command with the cause's fix applied and time both "
+                           "(launch mode)")
 
     sub.add_parser("playbooks", help="list installed playbooks with their one-line purpose")
 
@@ -124,10 +127,12 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
         # exports from its own dialog).
         # So does a stdin or stdout that is not a terminal (the TUI draws on one and reads keys from the other).
         headless = (args.no_tui or not on_terminal() or args.report or args.budget or args.show_output
-                    or args.local)
+                    or args.local or args.try_fix)
+        if args.try_fix and not cmd:
+            raise FieldguideError("--try-fix relaunches the job: it needs a launched command (-- CMD), not --pid")
         if headless:
             return _diagnose_headless(args.playbook, args.pid, cmd, args.report, args.format, args.budget,
-                                      show_output=args.show_output)
+                                      show_output=args.show_output, try_fix=args.try_fix)
         return _tui(args.pid, cmd, args.playbook)
     if not on_terminal():  # the TUI would wait for keys that never come: say what to run instead
         raise FieldguideError(tui_hint(args.pid, cmd))
@@ -266,7 +271,7 @@ def _explain(item_id: str) -> int:
 
 
 def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report: Path | None,
-                       fmt: str | None, budget: float | None, *, show_output: bool) -> int:
+                       fmt: str | None, budget: float | None, *, show_output: bool, try_fix: bool = False) -> int:
     from rich.console import Console
 
     from fieldguide.playbook import find_playbook
@@ -300,6 +305,8 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
 
         try:
             findings = session.run(progress)
+            if try_fix and findings.first_departure:
+                findings.experiments.append(_try_fix(session, findings.first_departure["cause"], err))
         except KeyboardInterrupt:
             interrupted = True
             current = session.walk.current or "start"
@@ -318,6 +325,18 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FOR_VERDICT[findings.verdict]
+
+
+def _try_fix(session: Any, cause_id: str, err: Any) -> dict[str, Any]:
+    """Relaunch the job with the cause's fix and time the arms (fieldguide/tryfix.py)."""
+    from fieldguide.targets import LaunchTarget
+    from fieldguide.tryfix import try_fix
+
+    cause = session.playbook.causes[cause_id]
+    if not isinstance(session.target, LaunchTarget):
+        return {"cause": cause_id, "ran": False, "why": "only a launched job can be relaunched"}
+    err.print(f"[bold]trying the fix of {cause_id}[/]: relaunching the job with it, timing the arms in turns")
+    return try_fix(session.target, cause, progress=lambda status, series: err.print(f"  {status}", style="dim"))
 
 
 class ProgressLine:

@@ -4,8 +4,9 @@ The change is an environment (`TORCH_COMPILE_DISABLE=1`, say): fieldguide relaun
 command with it, its agent loaded, and no edit to the script. The two arms never share the
 CPU: while one is measured the other is paused (SIGSTOP to its process group, SIGCONT after),
 and they take turns, A B B A ..., so that drift on a noisy machine falls on both. Each turn
-times the steps that began and ended inside it, the same way for both arms (the agent's step
-boundaries); the result is each arm's median with the spread of the per-round ratios.
+times the steps that began and ended inside it, the same way for every arm (the agent's step
+boundaries). A turn's time per step is its mean (its throughput); an arm's is the median over
+its turns, and the spread is the min-max of the per-round ratios.
 Launch mode only: an attached job is never paused, and fieldguide cannot relaunch it.
 """
 
@@ -19,7 +20,8 @@ from typing import Any
 from fieldguide.probes.stats import median, quantile
 from fieldguide.targets import LaunchTarget
 
-SETTLE_S = 0.3  # after a resume, before timing: the first step resumed spans the pause
+SETTLE_S = 0.3  # at least this after a resume, before timing: the first step resumed spans the pause
+DRAIN_SHARE = 0.4  # of a turn's window, spent after a resume before its steps are timed
 
 
 @dataclass
@@ -28,6 +30,12 @@ class Turn:
     started: float
     ended: float
     step_ms: list[float] = field(default_factory=list)
+
+    @property
+    def mean_ms(self) -> float | None:
+        """The turn's time per step: its throughput. Not the median: a loader with workers hands
+        out batches in bursts (two ready at once, then a long wait), where the median misleads."""
+        return sum(self.step_ms) / len(self.step_ms) if self.step_ms else None
 
 
 @dataclass
@@ -41,26 +49,28 @@ class Arms:
         return [ms for t in self.turns if t.arm == arm for ms in t.step_ms]
 
     def median_ms(self, arm: str) -> float | None:
-        return median(self.steps(arm))
+        """The arm's time per step: the median over its turns of each turn's mean."""
+        return median([t.mean_ms for t in self.turns if t.arm == arm and t.mean_ms is not None])
 
     def ratios(self, arm: str, against: str = "a") -> list[float]:
-        """Per round, `arm`'s median over `against`'s (>1: `against` is faster)."""
+        """Per round, `arm`'s time per step over `against`'s (>1: `against` is faster)."""
         mine = [t for t in self.turns if t.arm == arm and t.step_ms]
         theirs = [t for t in self.turns if t.arm == against and t.step_ms]
         found = []
         for ours, base in zip(mine, theirs, strict=False):  # a cancelled run may end mid-round
-            mo, mb = median(ours.step_ms), median(base.step_ms)
+            mo, mb = ours.mean_ms, base.mean_ms
             if mo and mb:
                 found.append(mo / mb)
         return found
 
     def rows(self) -> list[dict[str, Any]]:
-        """Per arm: its median step with quartiles, steps timed, and its ratio to arm A per round."""
+        """Per arm: its time per step, the quartiles of its single steps, steps timed, and its
+        ratio to arm A (median and min-max over rounds)."""
         found = []
         for arm, label in self.labels.items():
             steps = self.steps(arm)
             ratios = self.ratios(arm) if arm != "a" else []
-            found.append({"arm": label, "step_ms": _r(median(steps)), "step_ms_q1": _r(quantile(steps, 0.25)),
+            found.append({"arm": label, "step_ms": _r(self.median_ms(arm)), "step_ms_q1": _r(quantile(steps, 0.25)),
                           "step_ms_q3": _r(quantile(steps, 0.75)), "steps": len(steps),
                           "vs_a": _r(median(ratios)) if ratios else None,
                           "vs_a_min": _r(min(ratios)) if ratios else None,
@@ -164,14 +174,16 @@ class TurnExperiment:
 
     @staticmethod
     def _turn(arm: str, target: LaunchTarget, window: float, cancelled: Callable[[], bool]) -> Turn:
-        time.sleep(SETTLE_S)
-        started = time.monotonic()
+        # A paused job's waits go on (a sleep, a read in flight, its workers' prefetch finish while
+        # it is stopped), so a resumed arm first drains work done for free: the first part of each
+        # turn is not timed. What is timed: steps that began and ended inside the rest.
+        resumed = time.monotonic()
+        started = resumed + max(SETTLE_S, DRAIN_SHARE * window)
         while time.monotonic() - started < window and target.alive() and not cancelled():
             time.sleep(0.05)
         ended = time.monotonic()
         conn = target.agent.primary() if target.agent else None
         rows = list(conn.steps) if conn is not None else []
-        # Steps that began and ended inside the turn: none spans a pause.
         step_ms = [round(r[1] * 1000, 3) for r in rows if r[0] <= ended and r[0] - r[1] >= started]
         return Turn(arm=arm, started=started, ended=ended, step_ms=step_ms)
 

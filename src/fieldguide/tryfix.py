@@ -20,6 +20,7 @@ from fieldguide.targets import LaunchTarget
 
 HELPS = 0.95  # an arm whose steps take at most this share of the job's, in every round, helps
 SCALES = 1.3  # a worker sweep whose last arm runs this much faster than its first scales
+WORKERS_PER_CORE = 4
 
 
 def usable_cores() -> int:
@@ -38,7 +39,9 @@ def plan(cause: Cause, cores: int | None = None) -> list[tuple[str, dict[str, st
         return str(spec["none"])
     override, values, env = spec.get("override"), list(spec.get("values") or []), dict(spec.get("env") or {})
     if override == "dataloader.num_workers":
-        cap = cores if cores is not None else usable_cores()
+        # Past the cores on purpose: a loader that waits (I/O, latency) keeps scaling there, one
+        # that computes plateaus at the cores, and the sweep's shape is what tells them apart.
+        cap = WORKERS_PER_CORE * (cores if cores is not None else usable_cores())
         values = [v for v in values if int(v) <= cap] or [0]
     arms = []
     for value in values or [None]:
@@ -47,7 +50,7 @@ def plan(cause: Cause, cores: int | None = None) -> list[tuple[str, dict[str, st
         if override is not None:
             text = str(value).lower() if isinstance(value, bool) else str(value)
             change["FIELDGUIDE_OVERRIDES"] = f"{override}={text}"
-            label = f"{override}={text}" + (f" {label}" if label else "")
+            label = f"{override.rsplit('.', 1)[-1]}={text}" + (f" {label}" if label else "")
         arms.append((label, change))
     return arms
 
@@ -90,7 +93,8 @@ def try_fix(target: LaunchTarget, cause: Cause, *, rounds: int = 3, window_s: fl
     rows = arms.rows()
     for row, key in zip(rows, arms.labels, strict=True):
         applied = experiment.applied.get(key)
-        row["applied"] = [f"{a['name']}={a['value']} at {a['where']}" for a in applied or []][:5]
+        row["applied"] = sorted({f"{a['name'].rsplit('.', 1)[-1]}={a['value']} at {a['where']}"
+                                 for a in applied or []})[:5]
         if key != "a" and applied == [] and "FIELDGUIDE_OVERRIDES" in experiment.changes[key]:
             row["applied"] = ["nowhere: the job made no call the override changes"]
     text, shape = verdict(rows, (cause.experiment or {}).get("override"))

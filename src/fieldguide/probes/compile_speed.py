@@ -65,8 +65,8 @@ class CompileSpeed(Probe):
         return self.measurement(values=values, missing=missing, evidence=evidence, seconds=seconds,
                                 provenance=f"A/B: the launched job vs the same command with TORCH_COMPILE_DISABLE=1, "
                                            f"{summary['rounds']} rounds taken in turns (the other arm paused), "
-                                           "steps timed by the agent in both; speedup = eager median / compiled "
-                                           "median, its min-max over rounds")
+                                           "steps timed by the agent in both; speedup = eager / compiled time per "
+                                           "step (each turn's mean, the median over turns), its min-max over rounds")
 
     @staticmethod
     def _payback(ctx: ProbeContext, summary: dict[str, Any]) -> int | None:

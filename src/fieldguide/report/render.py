@@ -12,6 +12,7 @@ from fieldguide import __version__
 from fieldguide.measurement import format_value
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import inline_html, page_html, page_markdown
+from fieldguide.report.summary import EXPERIMENT_COLUMNS
 from fieldguide.report.vocabulary import ACTION_TEXT, status_mark, verdict_text
 
 FORMATS = ("json", "md", "html")
@@ -97,6 +98,13 @@ def to_markdown(findings: Findings) -> str:
     if f.torch_trace():
         lines += [f"Compile trace (TORCH_TRACE) in `{f.torch_trace()}`: open it with `pip install tlparse; "
                   f"tlparse {f.torch_trace()}`.", ""]
+    for title, arm_rows, said in f.experiment_rows():
+        lines += [f"### {title}", ""]
+        if arm_rows:
+            lines += ["| " + " | ".join(EXPERIMENT_COLUMNS) + " |", "|" + "---|" * len(EXPERIMENT_COLUMNS)]
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in arm_rows]
+            lines.append("")
+        lines += [said, ""]
     if f.exit:
         lines += [f"**{f.exit_line()}**", ""]
     if f.note:
@@ -169,6 +177,13 @@ def to_html(findings: Findings) -> str:
     if f.torch_trace():
         parts.append(f"<p>Compile trace (TORCH_TRACE) in <code>{e(str(f.torch_trace()))}</code>: open it with "
                      f"<code>pip install tlparse; tlparse {e(str(f.torch_trace()))}</code>.</p>")
+    for title, arm_rows, said in f.experiment_rows():
+        parts.append(f"<h3>{e(title)}</h3>")
+        if arm_rows:
+            parts.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in EXPERIMENT_COLUMNS) + "</tr>")
+            parts += [_row(*(_td(e(c)) for c in row)) for row in arm_rows]
+            parts.append("</table>")
+        parts.append(f"<p>{e(said)}</p>")
     if f.exit:
         parts.append(f"<p class='error'><b>{e(f.exit_line())}</b></p>")
     if f.note:

@@ -58,6 +58,7 @@ def panel_title(findings: Findings) -> str:
 
 
 FOUND_ROWS = 8
+EXPERIMENT_COLUMNS = ("arm", "step ms (quartiles)", "steps", "vs as launched (rounds)", "applied")
 
 
 def found_table(rows: list[dict[str, Any]], units: dict[str, str]) -> Table:
@@ -87,6 +88,16 @@ def summary_panel(findings: Findings) -> Panel:
         parts += [Text(""), found_table(rows, findings.units)]
     if findings.torch_trace():
         parts += [Text(f"compile trace: tlparse {findings.torch_trace()}  (pip install tlparse)", style="dim")]
+    for title, arm_rows, said in findings.experiment_rows():
+        parts += [Text(""), Text(title, style="bold")]
+        if arm_rows:
+            table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+            for name in EXPERIMENT_COLUMNS:
+                table.add_column(name, overflow="fold")
+            for row in arm_rows:
+                table.add_row(*row)
+            parts.append(table)
+        parts.append(Text(said))
     if findings.exit:
         parts += [Text(""), Text(findings.exit_line(), style=STYLE["error"])]
     if findings.note:
