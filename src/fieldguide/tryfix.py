@@ -55,16 +55,31 @@ def plan(cause: Cause, cores: int | None = None) -> list[tuple[str, dict[str, st
     return arms
 
 
-def verdict(rows: list[dict[str, Any]], override: str | None) -> tuple[str, str | None]:
+def sweep_shape(rows: list[dict[str, Any]], cores: int) -> str | None:
+    """A worker sweep past the cores: does the last arm still run faster than the one with as many
+    workers as cores (a loader that waits), or does it stop there (a loader that computes)?"""
+    by_workers = {}
+    for row in rows:
+        label = str(row["arm"])
+        if label.startswith("num_workers=") and row["step_ms"]:
+            by_workers[int(label.split("=", 1)[1].split()[0])] = row["step_ms"]
+    at_cores = [w for w in by_workers if w <= cores]
+    past = [w for w in by_workers if w > cores]
+    if not at_cores or not past:
+        return None
+    return "scales with workers" if by_workers[max(at_cores)] / by_workers[max(past)] >= SCALES else \
+        "plateaus at the cores"
+
+
+def verdict(rows: list[dict[str, Any]], override: str | None, cores: int | None = None) -> tuple[str, str | None]:
     """What the arms say, in words, and for a worker sweep whether it scales or plateaus."""
     variants = [r for r in rows[1:] if r["vs_a"] is not None]
     if not variants:
         return "no arm timed steps in every round: nothing to compare", None
     best = min(variants, key=lambda r: r["vs_a"])
     shape = None
-    if override == "dataloader.num_workers" and len(variants) >= 2:
-        first, last = variants[0]["step_ms"], variants[-1]["step_ms"]
-        shape = "scales with workers" if first and last and first / last >= SCALES else "plateaus"
+    if override == "dataloader.num_workers":
+        shape = sweep_shape(variants, cores if cores is not None else usable_cores())
     if best["vs_a"] <= HELPS and (best["vs_a_max"] or 1.0) < 1.0:
         text = (f"{best['arm']} helps: its steps take {best['vs_a']:.0%} of the job's as launched "
                 f"(rounds {best['vs_a_min']:.0%}-{best['vs_a_max']:.0%}), {1 / best['vs_a']:.2f}x the steps/s")

@@ -49,7 +49,7 @@ def parse_overrides(text: str) -> dict[str, Any]:
 
 def caller() -> str:
     """The job's own line that made the call being changed."""
-    for frame in reversed(traceback.extract_stack()[:-3]):
+    for frame in reversed(traceback.extract_stack()[:-1]):
         if "/torch/" not in frame.filename and "_fieldguide_agent" not in frame.filename \
                 and "fieldguide/agent" not in frame.filename:
             return f"{os.path.basename(frame.filename)}:{frame.lineno}"

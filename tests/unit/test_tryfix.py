@@ -1,0 +1,93 @@
+"""Trying a fix: the arms a cause's experiment plans, the overrides the agent reads, what the
+arms' timings are read as, and how a report shows them."""
+
+from __future__ import annotations
+
+import pytest
+
+from fieldguide.agent.inside.capabilities.overrides import parse_overrides
+from fieldguide.experiment import Arms, Turn
+from fieldguide.playbook import find_playbook
+from fieldguide.report.findings import Findings
+from fieldguide.report.render import to_markdown
+from fieldguide.tryfix import plan, verdict
+
+
+def causes() -> dict:
+    return find_playbook("slow-training").causes | find_playbook("compile-regression").causes
+
+
+def test_a_worker_sweep_goes_past_the_cores_but_not_without_limit() -> None:
+    arms = plan(causes()["input.waiting"], cores=2)
+    assert [label for label, _ in arms] == ["num_workers=0", "num_workers=1", "num_workers=2", "num_workers=4",
+                                            "num_workers=8"]
+    assert arms[3][1] == {"FIELDGUIDE_OVERRIDES": "dataloader.num_workers=4"}
+    assert [label for label, _ in plan(causes()["input.waiting"], cores=1)] == [
+        "num_workers=0", "num_workers=1", "num_workers=2", "num_workers=4"]
+
+
+def test_an_environment_experiment_and_a_code_change() -> None:
+    assert plan(causes()["compile.slower"]) == [("TORCH_COMPILE_DISABLE=1", {"TORCH_COMPILE_DISABLE": "1"})]
+    assert plan(causes()["compile.recompiles"]) == [("dynamic=true", {"FIELDGUIDE_OVERRIDES": "compile.dynamic=true"})]
+    why = plan(causes()["host.blocking_io"])
+    assert isinstance(why, str) and "code change" in why
+
+
+def test_every_cause_page_says_how_its_fix_is_tried_or_why_not() -> None:
+    for cause in causes().values():
+        assert cause.experiment is not None, cause.id
+
+
+def test_overrides_parse_to_typed_values() -> None:
+    assert parse_overrides("dataloader.num_workers=4, dataloader.pin_memory=true,debug.anomaly=false,x") == {
+        "dataloader.num_workers": 4, "dataloader.pin_memory": True, "debug.anomaly": False}
+
+
+def arms_of(per_turn: dict[str, list[float]]) -> Arms:
+    turns = [Turn(arm=arm, started=0, ended=1, step_ms=[ms] * 10) for arm, values in per_turn.items() for ms in values]
+    return Arms({arm: f"arm {arm}" for arm in per_turn}, turns)
+
+
+def test_an_arm_helps_only_if_it_is_faster_in_every_round() -> None:
+    rows = arms_of({"a": [100, 100, 100], "b": [60, 62, 58], "c": [90, 104, 95]}).rows()
+    text, shape = verdict(rows, None)
+    assert text.startswith("arm b helps: its steps take 60%") and shape is None
+    noisy = arms_of({"a": [100, 100, 100], "b": [90, 104, 95]}).rows()
+    assert verdict(noisy, None)[0].startswith("no difference beyond the rounds' spread")
+    worse = arms_of({"a": [100, 100, 100], "b": [120, 130, 125]}).rows()
+    assert verdict(worse, None)[0].startswith("no arm helps")
+
+
+def test_a_worker_sweep_that_scales_is_told_from_one_that_plateaus() -> None:
+    # Waiting (I/O latency): every worker added helps. CPU work on 2 cores: it stops at the cores.
+    def sweep(*ms: float) -> list[dict]:
+        rows = arms_of({"a": [140] * 3, **{k: [m] * 3 for k, m in zip("bcdef", ms, strict=False)}}).rows()
+        for row, workers in zip(rows[1:], (0, 1, 2, 4, 8), strict=False):
+            row["arm"] = f"num_workers={workers}"
+        return rows
+
+    assert verdict(sweep(141, 140, 70, 35, 18), "dataloader.num_workers", cores=2)[1] == "scales with workers"
+    assert verdict(sweep(141, 140, 75, 74, 76), "dataloader.num_workers", cores=2)[1] == "plateaus at the cores"
+
+
+def test_a_turns_time_per_step_is_its_throughput_not_its_median() -> None:
+    # Two workers hand out batches in pairs: 1 ms, 127 ms, 1 ms, 127 ms ... the median says 64 or
+    # 1 or 127 depending on the count; the mean says what the loop really does.
+    turn = Turn(arm="a", started=0, ended=1, step_ms=[1.0, 127.0] * 10 + [1.0])
+    assert turn.mean_ms == pytest.approx(61.5, abs=0.5)
+
+
+def test_a_report_shows_each_arm_and_the_verdict() -> None:
+    rows = arms_of({"a": [100, 100, 100], "b": [50, 50, 50]}).rows()
+    rows[1]["applied"] = ["num_workers=4 at train.py:90"]
+    findings = Findings(playbook="slow-training", playbook_title="Slow training", target={}, environment={},
+                        verdict="clean", first_departure=None, conclusion=None, conclusion_text="", path=[],
+                        experiments=[{"cause": "input.waiting", "ran": True, "rounds": 3, "arms": rows,
+                                      "verdict": "arm b helps", "shape": "scales with workers"},
+                                     {"cause": "host.sync", "ran": False, "why": "a code change"}])
+    text = to_markdown(findings)
+    assert "### Fix of input.waiting tried, 3 rounds in turns" in text
+    assert "| arm b | 50 (50-50) | 30 | 50% (50%-50%) | num_workers=4 at train.py:90 |" in text
+    assert "arm b helps; the sweep scales with workers" in text
+    assert "### Fix of host.sync not tried" in text and "a code change" in text
+    assert Findings.from_json(findings.to_json()).experiments == findings.experiments
