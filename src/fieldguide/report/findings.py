@@ -171,24 +171,7 @@ class Findings:
         return None
 
     def experiment_rows(self) -> list[tuple[str, list[list[str]], str]]:
-        """Per experiment: its title, a row per arm (arm, step ms with quartiles, steps, vs the job,
-        what was applied), and its verdict or why it did not run."""
-        found: list[tuple[str, list[list[str]], str]] = []
-        for exp in self.experiments:
-            if not exp.get("ran"):
-                found.append((f"Fix of {exp['cause']} not tried", [], str(exp.get("why", ""))))
-                continue
-            rows = []
-            for arm in exp.get("arms") or []:
-                ratio = ("" if arm.get("vs_a") is None else
-                         f"{arm['vs_a']:.0%} ({arm['vs_a_min']:.0%}-{arm['vs_a_max']:.0%})")
-                spread = (f"{arm['step_ms']:.3g} ({arm['step_ms_q1']:.3g}-{arm['step_ms_q3']:.3g})"
-                          if arm.get("step_ms") is not None else "n/a")
-                rows.append([str(arm["arm"]), spread, str(arm["steps"]), ratio or "baseline",
-                             "; ".join(arm.get("applied") or [])])
-            verdict = str(exp.get("verdict", "")) + (f"; the sweep {exp['shape']}" if exp.get("shape") else "")
-            found.append((f"Fix of {exp['cause']} tried, {exp.get('rounds')} rounds in turns", rows, verdict))
-        return found
+        return experiment_rows(self.experiments)
 
     def exit_line(self) -> str:
         """"The target ended: ..." when it ended during the walk, else ""."""
@@ -271,3 +254,23 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
         units=units,
     )
 
+
+def experiment_rows(experiments: list[dict[str, Any]]) -> list[tuple[str, list[list[str]], str]]:
+    """Per experiment: its title, a row per arm (arm, step ms with quartiles, steps, vs the job,
+    what was applied), and its verdict or why it did not run."""
+    found: list[tuple[str, list[list[str]], str]] = []
+    for exp in experiments:
+        if not exp.get("ran"):
+            found.append((f"Fix of {exp['cause']} not tried", [], str(exp.get("why", ""))))
+            continue
+        rows = []
+        for arm in exp.get("arms") or []:
+            ratio = ("" if arm.get("vs_a") is None else
+                     f"{arm['vs_a']:.0%} ({arm['vs_a_min']:.0%}-{arm['vs_a_max']:.0%})")
+            spread = (f"{arm['step_ms']:.3g} ({arm['step_ms_q1']:.3g}-{arm['step_ms_q3']:.3g})"
+                      if arm.get("step_ms") is not None else "n/a")
+            rows.append([str(arm["arm"]), spread, str(arm["steps"]), ratio or "baseline",
+                         "; ".join(arm.get("applied") or [])])
+        verdict = str(exp.get("verdict", "")) + (f"; the sweep {exp['shape']}" if exp.get("shape") else "")
+        found.append((f"Fix of {exp['cause']} tried, {exp.get('rounds')} rounds in turns", rows, verdict))
+    return found

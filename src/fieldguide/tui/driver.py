@@ -62,6 +62,7 @@ class WalkDriver:
         self.closing = threading.Event()
         # What the user measured beyond the walk, for the report: (result, action, when).
         self.reruns: list[tuple[NodeResult, str, str]] = []
+        self.experiments: list[dict[str, Any]] = []  # fixes tried (t on the departure page)
         self._reruns_lock = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------
@@ -220,4 +221,26 @@ class WalkDriver:
             reruns = list(self.reruns)
         for result, action, when in reruns:
             findings.record_rerun(result, action, when)
+        findings.experiments = list(self.experiments)
         return findings
+
+    def try_fix(self, progress: Callable[[str, dict[str, list[float]]], None],
+                cancelled: Callable[[], bool]) -> dict[str, Any]:
+        """Relaunch the job with the departure's fix applied and time the arms (fieldguide/tryfix.py);
+        the result joins the findings. One operation at a time: it waits for any other."""
+        from fieldguide.targets import LaunchTarget
+        from fieldguide.tryfix import try_fix
+
+        assert self.session is not None and self.live is not None
+        departure = self.session.walk.departure
+        if departure is None:
+            return {"cause": "", "ran": False, "why": "no departure to try a fix for"}
+        with self.op_lock:
+            target = self.live.target
+            if not isinstance(target, LaunchTarget) or not is_launched(target):
+                result = {"cause": departure.cause.id, "ran": False,
+                          "why": "only a launched job can be relaunched (an attached job is never paused)"}
+            else:
+                result = try_fix(target, departure.cause, progress=progress, cancelled=cancelled)
+        self.experiments.append(result)
+        return result

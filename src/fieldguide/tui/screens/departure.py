@@ -48,6 +48,7 @@ from fieldguide.tui.model import (
     series_lines,
 )
 from fieldguide.tui.widgets.live import LiveReadings
+from fieldguide.tui.widgets.tryfix import TryFixPanel
 
 if TYPE_CHECKING:
     from textual import getters
@@ -72,6 +73,7 @@ class DepartureScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,w", "back", "Walk", tooltip="Back to the walk"),
         Binding("m", "remeasure", "Re-measure", tooltip="Measure the departure again (check a fix)"),
+        Binding("t", "try_fix", "Try fix", tooltip="Relaunch the job with the fix applied and time both"),
         Binding("e", "export", "Export"),
     ]
 
@@ -91,6 +93,7 @@ class DepartureScreen(Screen[None]):
         with VerticalScroll(id="dep-scroll"):
             yield Static(self._banner(), id="dep-banner")
             yield Static("", id="dep-remeasure")
+            yield TryFixPanel(id="dep-tryfix")
             yield LiveReadings(id="dep-live")
             yield Static(self._evidence(), id="dep-evidence")
             yield Markdown(page_markdown(d.get("why", ""), d["fix"], d["verify"]), id="dep-guide")
@@ -278,6 +281,19 @@ class DepartureScreen(Screen[None]):
 
     def action_back(self) -> None:
         self.app.pop_screen()
+
+    def action_try_fix(self) -> None:
+        from fieldguide.tui.screens.walk import WalkScreen
+
+        walk = self.app.showing(WalkScreen)
+        panel = self.query_one("#dep-tryfix", TryFixPanel)
+        if walk is None or walk.driver is None:
+            self.notify("The walk is gone: nothing to relaunch.")
+        elif panel.running:
+            self.notify("The fix is being tried already.")
+        else:
+            panel.start(walk.driver)
+            self.query_one("#dep-scroll").scroll_to_widget(panel)
 
     def action_remeasure(self) -> None:
         self.post_message(RemeasureRequested())

@@ -1,0 +1,76 @@
+"""Try the fix from the departure page: the job relaunched with the cause's fix applied, timed
+against itself in turns (fieldguide/tryfix.py) on a thread worker; the arms drawn as they come,
+then the table of arms and the verdict. Leaving the page cancels it (the arms are ended, the job
+resumed)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.widgets import Static
+from textual.worker import get_current_worker
+
+from fieldguide.report.findings import experiment_rows
+from fieldguide.report.summary import EXPERIMENT_COLUMNS
+from fieldguide.tui.model import sparkline
+
+if TYPE_CHECKING:
+    from fieldguide.tui.driver import WalkDriver
+
+
+class TryFixPanel(Static):
+    DEFAULT_CSS = """
+    TryFixPanel { height: auto; padding: 1 0 0 0; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("", **kwargs)
+        self.running = False
+        self.result: dict[str, Any] | None = None
+
+    def on_mount(self) -> None:
+        self.display = False
+
+    def start(self, driver: WalkDriver) -> None:
+        self.running, self.result, self.display = True, None, True
+        self.update(Text("Trying the fix: relaunching the job with it…", style="bold"))
+        self._run(driver)
+
+    @work(thread=True, exclusive=True, group="try-fix", exit_on_error=False)
+    def _run(self, driver: WalkDriver) -> None:
+        worker = get_current_worker()
+        try:
+            result = driver.try_fix(progress=lambda status, series: self.app.call_from_thread(
+                self.show_progress, status, series), cancelled=lambda: worker.is_cancelled)
+        except Exception as err:  # never an unhandled error in the app: say it here
+            result = {"cause": "", "ran": False, "why": f"{type(err).__name__}: {err}"}
+        if not worker.is_cancelled:
+            self.app.call_from_thread(self.show_result, result)
+
+    def show_progress(self, status: str, series: dict[str, list[float]]) -> None:
+        lines: list[RenderableType] = [Text(f"Trying the fix: {status}", style="bold")]
+        width = max(16, min(40, self.size.width - 24))
+        for name, values in series.items():
+            if values:
+                lines.append(Text.assemble((f"arm {name.removesuffix('_ms'):<3}", "bold"),
+                                           (sparkline(values, width), "cyan"), f" {values[-1]:.3g} ms"))
+        self.update(Group(*lines))
+
+    def show_result(self, result: dict[str, Any]) -> None:
+        self.running, self.result = False, result
+        parts: list[RenderableType] = []
+        for title, rows, said in experiment_rows([result]):
+            parts.append(Text(title, style="bold"))
+            if rows:
+                table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+                for name in EXPERIMENT_COLUMNS:
+                    table.add_column(name, overflow="fold")
+                for row in rows:
+                    table.add_row(*row)
+                parts.append(table)
+            parts.append(Text(said))
+        self.update(Group(*parts))
