@@ -19,12 +19,15 @@ DECLARED = workloads.declarations()
 # Attach runs `make test` keeps whatever the rule below says: training without a DataLoader seen
 # from outside, and a process that is not training.
 ALWAYS_ATTACHED = {"getbatch_waiting", "served_not_trained"}
+# Compile walks pay a cold inductor compile each (15-80 s here): `make test` keeps one departure
+# and the job that compiles nothing; the rest of the compile zoo runs in `make test-all`.
+COMPILE_IN_MAKE_TEST = {"compile_item_branch", "compile_not_used"}
 
 
 def cases(mode: str) -> list[object]:
-    """Each workload declared for `mode`. Attach runs that `make test` leaves to `make test-all`
-    (marked slow, to stay under 12 minutes): a workload with nothing to find that is also
-    launched, and a cause another workload already shows in attach mode."""
+    """Each workload declared for `mode`. Runs that `make test` leaves to `make test-all` (marked
+    slow, to stay under 12 minutes): attach runs of a workload with nothing to find that is also
+    launched or of a cause another workload already shows in attach mode, and most compile walks."""
     chosen = []
     shown: set[tuple[str, str | None]] = set()
     for _, d in sorted(DECLARED.items()):
@@ -35,6 +38,7 @@ def cases(mode: str) -> list[object]:
         shown.add((d.playbook, d.cause))
         slow = (mode == "attach" and d.name not in ALWAYS_ATTACHED
                 and (healthy_twice or (again and d.cause is not None)))
+        slow = slow or (d.playbook == "compile-regression" and d.name not in COMPILE_IN_MAKE_TEST)
         chosen.append(pytest.param(d, id=d.name, marks=[pytest.mark.slow] if slow else []))
     return chosen
 

@@ -76,6 +76,7 @@ async def test_a_graph_break_is_shown_with_its_source_line(tmp_path: Path, apps)
         await pilot.press("q")
 
 
+@pytest.mark.slow  # a full walk and relaunch (40 s); the drawing itself is tested in test_tui_units
 async def test_the_ab_draws_compiled_and_eager_side_by_side(tmp_path: Path, apps) -> None:
     script = tmp_path / "no_breaks.py"
     script.write_text(NO_BREAKS)

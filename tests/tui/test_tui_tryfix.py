@@ -29,6 +29,7 @@ ANOMALY_LEFT_ON = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a walk and a relaunch (35 s); the arms' table is tested on constructed data
 async def test_t_tries_the_fix_and_draws_the_arms(tmp_path: Path, apps) -> None:
     script = tmp_path / "anomaly.py"
     script.write_text(ANOMALY_LEFT_ON)
