@@ -17,12 +17,12 @@ class CompileSpeed(Probe):
     id = "compile.speed"
     title = "Compiled vs eager steps, side by side: the command relaunched with TORCH_COMPILE_DISABLE=1"
     needs = frozenset({NEEDS_PROCESS, NEEDS_LAUNCH, NEEDS_AGENT})
-    params = {"rounds": 3, "window": 3.0}
+    params = {"rounds": 5, "window": 2.0}
     values = {"compiled_step_ms": "ms", "eager_step_ms": "ms", "speedup": "x", "speedup_min": "x",
               "speedup_max": "x", "rounds": "", "compiled_steps": "", "eager_steps": "", "payback_steps": ""}
     series = {"compiled_ms": "ms", "eager_ms": "ms"}
 
-    def run(self, ctx: ProbeContext, rounds: int = 3, window: float = 3.0) -> Measurement:
+    def run(self, ctx: ProbeContext, rounds: int = 5, window: float = 2.0) -> Measurement:
         from fieldguide.experiment import ABExperiment, ExperimentFailed
         from fieldguide.targets import LaunchTarget
 
