@@ -89,19 +89,26 @@ class CompileWatch(Capability):
             self.agent.hook_failed(self.name, "compile callbacks", err)
 
     # -- on the compiling thread: only appends ---------------------------------------
+    # Called inside torch's compile: an exception here would fail the user's compile, so none leaves.
     def on_start(self, args: Any) -> None:
-        self.open[str(args.compile_id)] = (time.monotonic(), self.agent.step_count)
+        try:
+            self.open[str(args.compile_id)] = (time.monotonic(), self.agent.step_count)
+        except Exception:
+            pass
 
     def on_end(self, args: Any) -> None:
-        # torch's config overrides are thread-local: read them here, on the thread that compiles.
-        config = sys.modules.get("torch._dynamo.config")
-        if config is not None:
-            self.config_seen = self.config(config)
-        compile_id = str(args.compile_id)
-        started, step = self.open.pop(compile_id, (None, self.agent.step_count))
-        trigger = getattr(args.callback_trigger, "name", str(args.callback_trigger))
-        self.compiles.append({"id": compile_id, "trigger": trigger, "t_start": started, "t_end": time.monotonic(),
-                              "step": step})
+        try:
+            # torch's config overrides are thread-local: read them here, on the thread that compiles.
+            config = sys.modules.get("torch._dynamo.config")
+            if config is not None:
+                self.config_seen = self.config(config)
+            compile_id = str(args.compile_id)
+            started, step = self.open.pop(compile_id, (None, self.agent.step_count))
+            trigger = getattr(args.callback_trigger, "name", str(args.callback_trigger))
+            self.compiles.append({"id": compile_id, "trigger": trigger, "t_start": started,
+                                  "t_end": time.monotonic(), "step": step})
+        except Exception:
+            pass
 
     # -- on the agent thread ---------------------------------------------------------
     def tick(self) -> None:

@@ -104,11 +104,14 @@ class CudaWatch(Capability):
 
         def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
                         line: Any = None) -> None:
-            if SYNC_MARK in str(message):
-                site = user_site(traceback.extract_stack()[:-1])
-                run["sites"][site] = run["sites"].get(site, 0) + 1
-                run["count"] += 1
-                return  # counted, not shown
+            try:
+                if SYNC_MARK in str(message):
+                    site = user_site(traceback.extract_stack()[:-1])
+                    run["sites"][site] = run["sites"].get(site, 0) + 1
+                    run["count"] += 1
+                    return  # counted, not shown
+            except Exception:
+                pass  # inside the job's own warnings.warn: never raise there
             original(message, category, filename, lineno, file, line)
 
         warnings.filterwarnings("always", message=f".*{SYNC_MARK}.*")  # every one, not once per line
