@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldguide.measurement import format_value
-from fieldguide.report.findings import Findings
+from fieldguide.report.findings import Findings, experiment_rows
 from fieldguide.report.fixsteps import steps_markdown
 from fieldguide.report.vocabulary import (
     ACTION_TEXT,
@@ -72,6 +72,22 @@ def found_table(rows: list[dict[str, Any]], units: dict[str, str]) -> Table:
     return table
 
 
+def experiment_renderables(experiments: list[dict[str, Any]], gap: bool = False) -> list[RenderableType]:
+    """Each fix tried: its title, the table of arms, and its verdict (or why it was not tried)."""
+    parts: list[RenderableType] = []
+    for title, arm_rows, said in experiment_rows(experiments):
+        parts += [Text(""), Text(title, style="bold")] if gap else [Text(title, style="bold")]
+        if arm_rows:
+            table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+            for name in EXPERIMENT_COLUMNS:
+                table.add_column(name, overflow="fold")
+            for row in arm_rows:
+                table.add_row(*row)
+            parts.append(table)
+        parts.append(Text(said))
+    return parts
+
+
 def summary_panel(findings: Findings) -> Panel:
     verdict = Text(verdict_text(findings.verdict), style=f"bold {VERDICT_STYLE.get(findings.verdict, '')}".strip())
     parts: list[RenderableType] = [verdict, Text(""), path_table(findings)]
@@ -88,16 +104,7 @@ def summary_panel(findings: Findings) -> Panel:
         parts += [Text(""), found_table(rows, findings.units)]
     if findings.torch_trace():
         parts += [Text(f"compile trace: tlparse {findings.torch_trace()}  (pip install tlparse)", style="dim")]
-    for title, arm_rows, said in findings.experiment_rows():
-        parts += [Text(""), Text(title, style="bold")]
-        if arm_rows:
-            table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
-            for name in EXPERIMENT_COLUMNS:
-                table.add_column(name, overflow="fold")
-            for row in arm_rows:
-                table.add_row(*row)
-            parts.append(table)
-        parts.append(Text(said))
+    parts += experiment_renderables(findings.experiments, gap=True)
     if findings.exit:
         parts += [Text(""), Text(findings.exit_line(), style=STYLE["error"])]
     if findings.note:

@@ -20,6 +20,7 @@ from textual.widgets import Footer, Header, Markdown, Static
 
 from fieldguide.measurement import format_value
 from fieldguide.report.fixsteps import page_markdown
+from fieldguide.report.summary import FOUND_ROWS, found_table
 from fieldguide.report.vocabulary import (
     DEPART,
     ERROR,
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 
 STACK_FRAMES = 3  # innermost frames shown per stack; the report has them all
 STACKS = 3
-TABLE_ROWS = 8
 
 
 def evidence_series(evidence: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, str]]:
@@ -179,18 +179,13 @@ class DepartureScreen(Screen[None]):
 
     def _rows(self) -> list[RenderableType]:
         """Rows a probe leaves as `table` in its evidence (graph breaks with their source lines,
-        recompiles with their guard failures), for the departed node."""
-        rows = self.findings.evidence.get(self.departure["node"], {}).get("table")
-        if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        recompiles with their guard failures), for the departed node, drawn as the report draws them."""
+        rows = self.findings.found_rows()
+        if not rows:
             return []
-        columns = list(dict.fromkeys(k for r in rows for k in r))
-        table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="bold")
-        for name in columns:
-            table.add_column(label(name), overflow="fold")
-        for row in rows[:TABLE_ROWS]:
-            table.add_row(*(format_value(row.get(name), self.findings.units.get(name, "")) for name in columns))
-        more = [Text(f"… {len(rows) - TABLE_ROWS} more in the report", style="dim")] if len(rows) > TABLE_ROWS else []
-        return [Text(""), Text(f"{self.departure['node']}: what was found", style="bold"), table, *more]
+        more = [Text(f"… {len(rows) - FOUND_ROWS} more in the report", style="dim")] if len(rows) > FOUND_ROWS else []
+        return [Text(""), Text(f"{self.departure['node']}: what was found", style="bold"),
+                found_table(rows, self.findings.units), *more]
 
     def _evidence(self) -> Group:
         parts: list[RenderableType] = [Text(""), Text("Evidence", style="bold underline")]

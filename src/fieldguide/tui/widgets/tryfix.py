@@ -8,14 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from fieldguide.report.findings import experiment_rows
-from fieldguide.report.summary import EXPERIMENT_COLUMNS
+from fieldguide.report.summary import experiment_renderables
 from fieldguide.tui.model import sparkline
 
 if TYPE_CHECKING:
@@ -62,15 +60,4 @@ class TryFixPanel(Static):
 
     def show_result(self, result: dict[str, Any]) -> None:
         self.running, self.result = False, result
-        parts: list[RenderableType] = []
-        for title, rows, said in experiment_rows([result]):
-            parts.append(Text(title, style="bold"))
-            if rows:
-                table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
-                for name in EXPERIMENT_COLUMNS:
-                    table.add_column(name, overflow="fold")
-                for row in rows:
-                    table.add_row(*row)
-                parts.append(table)
-            parts.append(Text(said))
-        self.update(Group(*parts))
+        self.update(Group(*experiment_renderables([result])))
