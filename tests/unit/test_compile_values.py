@@ -84,6 +84,14 @@ def test_breaks_per_step_come_from_the_compiled_regions_each_step_ran() -> None:
     assert once[0]["per_step"] == 0.0
 
 
+def test_a_branch_on_a_tensor_resuming_in_two_functions_is_one_break() -> None:
+    frames = frames_from([fwd("0/0", "forward", 13),
+                          fwd("1/0", "torch_dynamo_resume_in_forward_at_16", 16),
+                          fwd("2/0", "torch_dynamo_resume_in_forward_at_16", 16)])
+    rows = break_rows(frames, {"0/0": 5, "1/0": 3, "2/0": 2}, 5)
+    assert rows == [{"where": "train.py:16", "function": "forward", "reason": None, "per_step": 1.0}]
+
+
 def test_recompiles_count_attempts_after_the_first_and_the_limit_is_seen() -> None:
     frames = frames_from(LIMIT_JOB)
     frame = frames["0"]

@@ -173,6 +173,8 @@ class CompileBreaks(CompileProbe):
             hot = [r for r in rows if r["per_step"]]
             if hot:
                 values["break_at"], values["break_reason"] = hot[0]["where"], hot[0]["reason"]
+        if rows and values["break_reason"] is None:  # a break dynamo records no reason for (a branch on a tensor)
+            values["break_reason"] = "dynamo recorded no reason (the TORCH_TRACE log shows the break)"
         counted = got.state.get("graph_breaks") or {}
         return self.measurement(values=values, missing=missing, seconds=time.monotonic() - started,
                                 evidence={"table": rows, "reasons": counted}, provenance=provenance)

@@ -96,9 +96,12 @@ def frames_from(metrics: list[dict[str, Any]]) -> dict[str, Frame]:
 
 
 def break_rows(frames: dict[str, Frame], regions: dict[str, int] | None, steps: int) -> list[dict[str, Any]]:
-    """One row per graph break: where (the user's line), why, and how often it runs per step."""
+    """One row per graph break: where (the user's line), why, and how often it runs per step.
+
+    A break at a branch on a tensor's value resumes in one function per branch: both are the
+    same break, one row, their runs per step added."""
     reasons = [r for f in frames.values() for r in f.restart_reasons]
-    rows: list[dict[str, Any]] = []
+    by_site: dict[tuple[str, str], dict[str, Any]] = {}
     for frame in frames.values():
         resume = frame.resume
         if resume is None:
@@ -108,9 +111,13 @@ def break_rows(frames: dict[str, Frame], regions: dict[str, int] | None, steps: 
         runs = None
         if regions is not None and steps:
             runs = sum(n for cid, n in regions.items() if frame_of(cid) == frame.id) / steps
-        rows.append({"where": f"{file}:{line}", "function": fn, "reason": _reason_for(reasons, len(rows)),
-                     "per_step": runs})
-    return rows
+        row = by_site.get((f"{file}:{line}", fn))
+        if row is None:
+            by_site[(f"{file}:{line}", fn)] = {"where": f"{file}:{line}", "function": fn,
+                                               "reason": _reason_for(reasons, len(by_site)), "per_step": runs}
+        elif runs is not None:
+            row["per_step"] = (row["per_step"] or 0.0) + runs
+    return list(by_site.values())
 
 
 def _reason_for(reasons: list[str], index: int) -> str | None:
