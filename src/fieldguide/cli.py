@@ -53,10 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("playbooks", help="list installed playbooks with their one-line purpose")
 
-    rep = sub.add_parser("report", help="render a saved JSON report")
-    rep.add_argument("path", type=Path)
+    rep = sub.add_parser("report", help="render a saved JSON report, or merge several (`report merge A.json B.json ...`)",
+                         usage="fieldguide report PATH.json [--format md|html|json] [-o PATH] | "
+                               "fieldguide report merge A.json B.json ... [--format json|md|html] [-o PATH]")
+    rep.add_argument("path", type=Path, help="a JSON report, or the word `merge` followed by reports")
+    rep.add_argument("more", type=Path, nargs="*", help=argparse.SUPPRESS)
     rep.add_argument("--format", choices=("md", "html", "json"), default="md")
     rep.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+
+    cal = sub.add_parser("calibrate", help="measure this machine once (cached); expectations may refer to it")
+    cal.add_argument("--force", action="store_true", help="measure again even if a calibration is cached")
+    cal.add_argument("--show", action="store_true", help="print the cached calibration without measuring")
+    cal.add_argument("--json", action="store_true", help="print the calibration as JSON")
+
+    timing = sub.add_parser("timing", help="honest timing on your own loop: naive timers vs synchronized medians",
+                            usage="fieldguide timing [--steps N] -- CMD [ARGS...]")
+    timing.add_argument("--steps", type=int, default=400, help="steps to time (default 400)")
+    timing.add_argument("--timeout", type=float, default=120.0, help="most seconds to wait for the steps")
 
     explain = sub.add_parser("explain", help="print the field-guide page of a cause id, or what a healthy leaf means")
     explain.add_argument("cause", metavar="ID", help="a cause id (input.cpu_bound) or a healthy leaf (device.compute_bound)")
@@ -111,7 +124,20 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
     if args.command == "playbooks":
         return _list_playbooks()
     if args.command == "report":
+        if str(args.path) == "merge":
+            from fieldguide.report.merge import merge_command
+            return merge_command(args.more, args.format, args.output)
+        if args.more:
+            raise FieldguideError("report takes one JSON report; to combine several use `fieldguide report merge A.json B.json ...`")
         return _render_saved(args)
+    if args.command == "calibrate":
+        from fieldguide.calibrate import calibrate_command
+        return calibrate_command(force=args.force, show=args.show, as_json=args.json)
+    if args.command == "timing":
+        if not cmd:
+            raise FieldguideError("timing needs a command to launch: fieldguide timing -- python train.py")
+        from fieldguide.timing import timing_command
+        return timing_command(cmd, steps=args.steps, timeout=args.timeout)
     if args.command == "explain":
         return _explain(args.cause)
     if args.command == "demo":

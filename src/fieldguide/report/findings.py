@@ -58,6 +58,10 @@ class Findings:
     `exit`: how a target that ended during the walk ended (see `exit_text`), or None.
     `experiments`: fixes tried by relaunching the job (`--try-fix`), each with what changed, how,
     and every arm's median step with its spread (see fieldguide/tryfix.py).
+    `cold_start`: a launched job's start taken apart (fieldguide/coldstart.py): `phases`, each
+    {phase, title, start_s, seconds} from the process start on, consecutive, and `total_s`, the
+    wall time to steady state; `steady_step` the step from which steps stay within 10% of the median.
+    `ranks`: per rank of a multi-rank job: rank, pid, host, step_ms, data_wait, collective_wait, verdict.
     """
 
     playbook: str
@@ -77,6 +81,8 @@ class Findings:
     reruns: list[dict[str, Any]] = field(default_factory=list)
     exit: dict[str, Any] | None = None
     experiments: list[dict[str, Any]] = field(default_factory=list)
+    cold_start: dict[str, Any] | None = None
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -102,6 +108,10 @@ class Findings:
             data["exit"] = self.exit
         if self.experiments:
             data["experiments"] = self.experiments
+        if self.cold_start:
+            data["cold_start"] = self.cold_start
+        if self.ranks:
+            data["ranks"] = self.ranks
         redacted: dict[str, Any] = redact_tree(data)
         return redacted
 
@@ -125,13 +135,20 @@ class Findings:
         experiments = data.get("experiments") or []
         if not isinstance(experiments, list) or not all(isinstance(e, dict) and "cause" in e for e in experiments):
             raise ValueError("experiments entries need a cause")
+        cold_start = data.get("cold_start")
+        if cold_start is not None and not (isinstance(cold_start, dict) and isinstance(cold_start.get("phases"), list)):
+            raise ValueError("cold_start needs a list of phases")
+        ranks = data.get("ranks") or []
+        if not isinstance(ranks, list) or not all(isinstance(r, dict) and "rank" in r for r in ranks):
+            raise ValueError("ranks entries need a rank")
         return cls(playbook=data["playbook"], playbook_title=str(data.get("playbook_title") or data["playbook"]),
                    target=data.get("target", {}), environment=data.get("environment", {}),
                    verdict=data["verdict"], first_departure=data.get("first_departure"),
                    conclusion=data.get("conclusion"), conclusion_text=data.get("conclusion_text", ""),
                    path=data.get("path", []), created=data.get("created", ""), note=data.get("note", ""),
                    log_tail=data.get("log_tail", []), evidence=data.get("evidence", {}),
-                   units=data.get("units", {}), reruns=reruns, exit=ended or None, experiments=experiments)
+                   units=data.get("units", {}), reruns=reruns, exit=ended or None, experiments=experiments,
+                   cold_start=cold_start or None, ranks=ranks)
 
     # -- what every view reads -------------------------------------------------------------------
 
