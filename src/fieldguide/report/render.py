@@ -10,6 +10,7 @@ from typing import Any
 
 from fieldguide import __version__
 from fieldguide.measurement import format_value
+from fieldguide.report.charts import charts_for
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import inline_html, page_html, page_markdown
 from fieldguide.report.summary import EXPERIMENT_COLUMNS
@@ -136,7 +137,8 @@ CSS = """body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;p
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
 code,pre{font-family:ui-monospace,monospace;background:#f4f4f4}pre{padding:8px;overflow-x:auto}
 .pass{color:#1a7f37}.depart{color:#cf222e;font-weight:bold}.skip{color:#777}.error{color:#9a6700}
-.verdict{padding:8px 12px;border-left:4px solid #cf222e;background:#fff5f5}.clean{border-color:#1a7f37;background:#f3fff5}"""
+.verdict{padding:8px 12px;border-left:4px solid #cf222e;background:#fff5f5}.clean{border-color:#1a7f37;background:#f3fff5}
+figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{color:#57606a;font-size:90%}"""
 
 
 def _row(*cells: str) -> str:
@@ -188,6 +190,10 @@ def to_html(findings: Findings) -> str:
         parts.append(f"<p class='error'><b>{e(f.exit_line())}</b></p>")
     if f.note:
         parts.append(f"<blockquote>{e(f.note)}</blockquote>")
+    charts = charts_for(f)
+    if charts:  # inline SVG (report/charts.py): no script, nothing fetched
+        parts.append("<h2>Charts</h2>")
+        parts += [f"<figure>{svg}<figcaption>{e(caption)}</figcaption></figure>" for caption, svg in charts]
     parts.append("<h2>Path</h2><table><tr><th>node</th><th>status</th><th>measured</th><th>expected</th>"
                  "<th>probe</th><th>s</th><th>note</th></tr>")
     for step in f.path:
