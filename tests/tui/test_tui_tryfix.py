@@ -8,11 +8,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from textual.app import App, ComposeResult
 from tui_helpers import wait_for
 
 from fieldguide.tui.app import make_app
 from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.widgets.tryfix import TryFixPanel
+from fieldguide.tui.widgets.tryfix import TryFixPanel, arm_lines
 
 pytestmark = pytest.mark.integration
 
@@ -48,3 +49,38 @@ async def test_t_tries_the_fix_and_draws_the_arms(tmp_path: Path, apps) -> None:
         assert fixed["vs_a"] < 0.9, result  # anomaly mode off: every step faster
         assert "helps" in result["verdict"]
         await pilot.press("q")
+
+
+SWEPT = {"cause": "input.waiting", "ran": True, "rounds": 3, "verdict": "num_workers=8 helps", "shape": None,
+         "arms": [{"arm": "as launched", "step_ms": 58.0, "step_ms_q1": 55.0, "step_ms_q3": 60.0, "steps": 144,
+                   "vs_a": None, "vs_a_min": None, "vs_a_max": None, "applied": []},
+                  *({"arm": f"num_workers={w}", "step_ms": 58.0 / (1 + w), "step_ms_q1": 50.0 / (1 + w),
+                     "step_ms_q3": 116.0 / (1 + w), "steps": 150, "vs_a": 1 / (1 + w), "vs_a_min": 0.9 / (1 + w),
+                     "vs_a_max": 1.1 / (1 + w), "applied": [f"num_workers={w} at train.py:70"]} for w in (0, 2, 8))]}
+
+
+def test_the_arms_are_bars_on_one_scale_with_their_spread() -> None:
+    lines = [line.plain for line in arm_lines(SWEPT, 78)]
+    bars = lines[2:]
+    assert len(bars) == 4 and all(len(line) <= 78 for line in lines)
+    assert [line.split()[0] for line in bars] == ["as", "num_workers=0", "num_workers=2", "num_workers=8"]
+    assert [line.count("█") for line in bars] == sorted((line.count("█") for line in bars), reverse=True)
+    assert bars[1].count("█") + bars[1].count("─") == 78 - 14 - 10  # num_workers=0's quartile: the top
+    assert bars[3].endswith(" 6.44") and arm_lines({"cause": "x", "ran": False, "why": "none"}, 78) == []
+
+
+async def test_the_panel_draws_the_arms_under_the_table_at_80_columns() -> None:
+    class PanelApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield TryFixPanel(id="panel")
+
+    app = PanelApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        panel = app.query_one(TryFixPanel)
+        panel.display = True
+        panel.show_result(SWEPT)
+        await pilot.pause()
+        lines = [panel.render_line(y).text.rstrip() for y in range(panel.size.height)]
+        assert "num_workers=8 helps" in "\n".join(lines) and "ms per step (median, ─ on to the third quartile)" in lines
+        drawn = [line for line in lines if "█" in line]
+        assert len(drawn) == 4 and all(len(line) <= 80 for line in lines)

@@ -132,6 +132,17 @@ def test_memory_per_step_from_the_agents_rows_and_from_outside_samples() -> None
     assert points(parse(charts[0][1])) == 20
 
 
+def test_series_of_the_nodes_asked_for_in_their_order_and_by_unit() -> None:
+    cpu = {"probe": "process.cpu", "rss_mb": [100.0, 101.0], "main_cpu_cores": [0.9, 1.0],
+           "worker_cpu_cores": [2.0, 2.1]}
+    f = findings(evidence={"loop": loop_evidence([1.0, 2.0], [0.5, 0.5]), "cpu": cpu})
+    groups = series_groups(f, ["cpu", "missing"])
+    assert [[s.name for s in g.series] for g in groups] == [["rss_mb"], ["main_cpu_cores", "worker_cpu_cores"]]
+    assert all(g.nodes == ("cpu",) for g in groups)
+    assert [c.split(" (")[0] for c, _ in charts_for(f)] == ["step and data wait per step, ms", "rss per sample, MB",
+                                                           "main cpu and worker cpu per sample, cores"]
+
+
 def test_evidence_without_series_draws_nothing() -> None:
     f = findings(evidence={"a": {"probe": "loop.steps", "step_ms": [], "data_wait_ms": [None, "x", True]},
                            "b": {"probe": "no.such.probe", "step_ms": [1.0, 2.0]}, "c": "not a dict"})

@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Markdown, Static
 
 from fieldguide.measurement import format_value
+from fieldguide.report.charts import series_groups
 from fieldguide.report.fixsteps import page_markdown
 from fieldguide.report.summary import FOUND_ROWS, found_table
 from fieldguide.report.vocabulary import (
@@ -40,11 +41,9 @@ from fieldguide.tui.messages import (
     RemeasureStatus,
 )
 from fieldguide.tui.model import (
-    declared,
     declared_parts,
     expectation_rows,
     label,
-    numbers,
     part_bars,
     series_lines,
 )
@@ -61,12 +60,6 @@ if TYPE_CHECKING:
 
 STACK_FRAMES = 3  # innermost frames shown per stack; the report has them all
 STACKS = 3
-
-
-def evidence_series(evidence: dict[str, Any]) -> tuple[dict[str, list[float]], dict[str, str]]:
-    """The series a node's evidence holds under the names its probe declares, and their units."""
-    units, _ = declared(evidence.get("probe"))
-    return {name: numbers(evidence.get(name)) for name in units if numbers(evidence.get(name))}, units
 
 
 class DepartureScreen(Screen[None]):
@@ -152,11 +145,12 @@ class DepartureScreen(Screen[None]):
         return Text("numbers: " + " · ".join(words), style="dim") if words else None
 
     def _series(self) -> list[RenderableType]:
+        """The chain's per-step series (step time and its wait, memory per step) as sparklines: the
+        series the HTML report draws (report/charts.py), each once."""
         drawn: dict[str, tuple[list[float], str]] = {}
-        for step in self.chain:
-            found, units = evidence_series(self.findings.evidence.get(step["node"], {}))
-            for name, values in found.items():
-                drawn.setdefault(name, (values, units.get(name, "")))
+        for group in series_groups(self.findings, [step["node"] for step in self.chain]):
+            for series in group.series:
+                drawn.setdefault(series.name, ([v for v in series.values if v is not None], series.unit))
         label_w = max([8] + [len(label(name)) + 1 for name in drawn])
         width = max(16, min(48, self.app.size.width - label_w - 30))
         lines = series_lines({n: v for n, (v, _) in drawn.items()}, {n: u for n, (_, u) in drawn.items()}, width)

@@ -13,6 +13,7 @@ from textual import work
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from fieldguide.report.charts import arm_bars
 from fieldguide.report.summary import experiment_renderables
 from fieldguide.tui.model import sparkline
 
@@ -60,4 +61,25 @@ class TryFixPanel(Static):
 
     def show_result(self, result: dict[str, Any]) -> None:
         self.running, self.result = False, result
-        self.update(Group(*experiment_renderables([result])))
+        self.update(Group(*experiment_renderables([result]), *arm_lines(result, self.size.width or 78)))
+
+
+ARM_LABEL = 16  # columns for an arm's name; the table above has it whole
+
+
+def arm_lines(result: dict[str, Any], width: int) -> list[Text]:
+    """The arms as bars on one scale: a block per share of the longest, the median's length,
+    then a thin line on to the third quartile (the spread), and the median in ms."""
+    bars = [b for b in arm_bars(result) if b.value is not None]
+    if not bars:
+        return []
+    top = max(max(b.value or 0.0, b.high or 0.0) for b in bars) or 1.0
+    name_w = min(max(len(b.label) for b in bars), ARM_LABEL) + 1
+    room = max(8, width - name_w - 10)
+    lines = [Text(""), Text("ms per step (median, ─ on to the third quartile)", style="bold")]
+    for i, b in enumerate(bars):
+        median, reach = round((b.value or 0.0) / top * room), round(max(b.value or 0.0, b.high or 0.0) / top * room)
+        name = b.label if len(b.label) < name_w else b.label[:name_w - 2] + "…"
+        lines.append(Text.assemble((f"{name:<{name_w}}", "bold"), ("█" * median, "dim" if i == 0 else "cyan"),
+                                   ("─" * (reach - median), "dim"), f" {b.value:.3g}"))
+    return lines
