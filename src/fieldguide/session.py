@@ -131,4 +131,8 @@ class Session:
         findings = findings_from_walk(self.walk, self.target.describe(), self.environment, note=note,
                                       log_tail=self.target.log_tail())
         findings.exit = ending
+        if isinstance(self.target, LaunchTarget) and self.target.agent is not None:
+            from fieldguide.coldstart import from_connection
+
+            findings.cold_start = from_connection(self.target.started, self.target.agent.primary(), time.monotonic())
         return findings

@@ -83,6 +83,10 @@ def test_launch(tmp_path: Path, want: workloads.Declaration) -> None:
     assert_found(data, want)
     assert data["target"]["kind"] == "launch"
     assert data["environment"]["torch"], "the agent reports torch's version"
+    # Every launched walk takes the job's start apart: consecutive phases from the spawn on.
+    cold = data["cold_start"]
+    assert cold["phases"][0]["phase"] == "interpreter" and cold["total_s"] > 0, cold
+    assert abs(sum(p["seconds"] for p in cold["phases"]) - cold["total_s"]) <= 0.01 * cold["total_s"] + 0.01, cold
 
 
 @pytest.mark.parametrize("want", cases("attach"))
