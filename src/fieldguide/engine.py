@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fieldguide.measurement import Measurement
-from fieldguide.playbook.expect import NotEvaluable
+from fieldguide.playbook.expect import CalibrationLookup, NotEvaluable
 from fieldguide.playbook.schema import Cause, Edge, MeasureOption, Node, Playbook, render_template
 from fieldguide.probes import registry
 from fieldguide.probes.base import NEED_REASONS
@@ -48,12 +48,18 @@ class Departure:
     evidence: dict[str, Any]
 
 
-def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption], Measurement]) -> NodeResult:
-    """Decide one node: the first measure option that can measure and be evaluated decides."""
+def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption], Measurement],
+          calibration: CalibrationLookup | None = None) -> NodeResult:
+    """Decide one node: the first measure option that can measure and be evaluated decides.
+
+    Thresholds that refer to the calibration are resolved with `calibration` (None: there is
+    none, and they fall back to the playbook's fixed numbers, which the note then says)."""
     reasons: list[str] = []
     skipped_only = True  # every option was not applicable here: the node is skipped, not failed
     seconds = 0.0
+    expectations = {id(o): o.expect.resolve(calibration) for o in node.measure}
     for option in node.measure:
+        expect, thresholds = expectations[id(option)]
         probe_cls = registry.get(option.probe)
         assert probe_cls is not None, option.probe  # validated at load time
         unmet = probe_cls.unmet_needs(capabilities)
@@ -67,10 +73,10 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
             reasons.append(f"{option.probe}: {measurement.unavailable}")
             continue
         skipped_only = False
-        names = option.expect.names()
+        names = expect.names()
         measured = {n: measurement.values.get(n) for n in names}
         try:
-            held = option.expect.holds(measurement.values)
+            held = expect.holds(measurement.values)
         except NotEvaluable as missing:
             why = measurement.missing.get(missing.name, "not measured for this target")
             reasons.append(f"{option.probe}: no value for {missing.name} ({why})")
@@ -80,20 +86,24 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
             continue
         if measurement.reused:
             reasons.append(f"reused the {option.probe} measurement taken for an earlier node")
-        note = "; ".join(reasons)  # why earlier options did not decide, if any
+        # Why earlier options did not decide, if any; where calibrated thresholds came from.
+        note = "; ".join([*reasons, *thresholds])
         return NodeResult(node=node.id, status=PASS if held else DEPART, measured=measured,
-                          expected=option.expect.describe(), probe=option.probe, seconds=seconds,
+                          expected=expect.describe(), probe=option.probe, seconds=seconds,
                           note=note, measurement=measurement)
     return NodeResult(node=node.id, status=SKIP if skipped_only else ERROR, seconds=seconds,
-                      expected=" | ".join(o.expect.describe() for o in node.measure), note="; ".join(reasons))
+                      expected=" | ".join(e.describe() for e, _ in expectations.values()), note="; ".join(reasons))
 
 
 class Walk:
     """Walks a playbook from its start node to the first departure or a healthy leaf."""
 
     def __init__(self, playbook: Playbook, capabilities: Callable[[], set[str]],
-                 measure: Callable[[MeasureOption], Measurement]):
+                 measure: Callable[[MeasureOption], Measurement],
+                 calibration: CalibrationLookup | None | Literal["cache"] = "cache"):
         self.playbook = playbook
+        # "cache": this machine's calibration (`fieldguide calibrate`), read when a node first needs it.
+        self._calibration = calibration
         self.capabilities = capabilities
         self.measure = measure
         self.path: list[NodeResult] = []
@@ -123,7 +133,17 @@ class Walk:
 
     def run_node(self, node_id: str) -> NodeResult:
         """Measure and judge one node without moving the walk (re-run, jump)."""
-        return judge(self.playbook.nodes[node_id], self.capabilities(), self.measure)
+        node = self.playbook.nodes[node_id]
+        calibration = self.calibration() if any(o.expect.calibrated() for o in node.measure) else None
+        return judge(node, self.capabilities(), self.measure, calibration)
+
+    def calibration(self) -> CalibrationLookup | None:
+        if self._calibration == "cache":
+            from fieldguide.calibrate.cache import for_this_machine  # reads JSON; no torch
+
+            found = for_this_machine()
+            self._calibration = found.lookup if found is not None else None
+        return self._calibration
 
     def step(self) -> NodeResult | None:
         """Run the current node, record it, and follow its edge."""
