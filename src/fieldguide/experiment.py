@@ -6,7 +6,10 @@ CPU: while one is measured the other is paused (SIGSTOP to its process group, SI
 and they take turns, A B B A ..., so that drift on a noisy machine falls on both. Each turn
 times the steps that began and ended inside it, the same way for every arm (the agent's step
 boundaries). A turn's time per step is its mean (its throughput); an arm's is the median over
-its turns, and the spread is the min-max of the per-round ratios.
+its turns, with the quartiles and the min-max of the same turn means as its spread (never the
+single steps': a loader with workers hands out batches in bursts, so most single steps take a
+millisecond and a few take the wait, and their quartiles need not contain the median); its
+ratio to the job as launched has the min-max of the per-round ratios.
 Launch mode only: an attached job is never paused, and fieldguide cannot relaunch it.
 """
 
@@ -48,9 +51,13 @@ class Arms:
     def steps(self, arm: str) -> list[float]:
         return [ms for t in self.turns if t.arm == arm for ms in t.step_ms]
 
+    def turn_means(self, arm: str) -> list[float]:
+        """Each of the arm's turns' time per step (its mean), in the order they were timed."""
+        return [t.mean_ms for t in self.turns if t.arm == arm and t.mean_ms is not None]
+
     def median_ms(self, arm: str) -> float | None:
         """The arm's time per step: the median over its turns of each turn's mean."""
-        return median([t.mean_ms for t in self.turns if t.arm == arm and t.mean_ms is not None])
+        return median(self.turn_means(arm))
 
     def ratios(self, arm: str, against: str = "a") -> list[float]:
         """Per round, `arm`'s time per step over `against`'s (>1: `against` is faster)."""
@@ -64,14 +71,17 @@ class Arms:
         return found
 
     def rows(self) -> list[dict[str, Any]]:
-        """Per arm: its time per step, the quartiles of its single steps, steps timed, and its
-        ratio to arm A (median and min-max over rounds)."""
+        """Per arm: its time per step (the median of its turns' means) with the quartiles and the
+        min-max of those same turn means, the turns and steps timed, and its ratio to arm A
+        (median and min-max over rounds)."""
         found = []
         for arm, label in self.labels.items():
-            steps = self.steps(arm)
+            means = self.turn_means(arm)
             ratios = self.ratios(arm) if arm != "a" else []
-            found.append({"arm": label, "step_ms": _r(self.median_ms(arm)), "step_ms_q1": _r(quantile(steps, 0.25)),
-                          "step_ms_q3": _r(quantile(steps, 0.75)), "steps": len(steps),
+            found.append({"arm": label, "step_ms": _r(median(means)), "step_ms_q1": _r(quantile(means, 0.25)),
+                          "step_ms_q3": _r(quantile(means, 0.75)), "step_ms_min": _r(min(means, default=None)),
+                          "step_ms_max": _r(max(means, default=None)), "turns": len(means),
+                          "steps": len(self.steps(arm)),
                           "vs_a": _r(median(ratios)) if ratios else None,
                           "vs_a_min": _r(min(ratios)) if ratios else None,
                           "vs_a_max": _r(max(ratios)) if ratios else None})

@@ -161,6 +161,19 @@ def test_a_before_after_pair_is_two_bars_with_whiskers() -> None:
     assert heights[1] / heights[0] == pytest.approx(7.5 / 12.0, rel=0.01)
 
 
+def test_a_whisker_that_does_not_contain_its_median_is_not_drawn() -> None:
+    # A report from before the quartiles were of the turns' means: num_workers=8's single steps
+    # (mostly 1 ms) had quartiles 0.6-1.3 ms under a median of 50 ms. No whisker, the bar stays.
+    old = {**AB, "arms": [AB["arms"][0], {**AB["arms"][1], "step_ms": 50.35, "step_ms_q1": 0.64,
+                                          "step_ms_q3": 1.31}]}
+    bars = arm_bars(old)
+    assert (bars[0].low, bars[0].high) == (11.0, 13.5) and (bars[1].value, bars[1].low, bars[1].high) == (
+        50.35, None, None)
+    (caption, svg), = charts_for(findings(experiments=[old]))
+    assert len(parse(svg).findall(".//s:path[@class='whisker']", NS)) == 1
+    assert "the median of the turns' mean step times" in caption
+
+
 def test_a_worker_sweep_is_bars_by_worker_count_a_line_and_the_job_as_launched() -> None:
     (caption, svg), = charts_for(findings(experiments=[SWEEP]))
     root = parse(svg)

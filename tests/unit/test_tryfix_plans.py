@@ -91,3 +91,15 @@ def test_a_report_shows_each_arm_and_the_verdict() -> None:
     assert "arm b helps; the sweep scales with workers" in text
     assert "### Fix of host.sync not tried" in text and "a code change" in text
     assert Findings.from_json(findings.to_json()).experiments == findings.experiments
+
+
+def test_an_arms_spread_is_of_the_same_turn_means_as_its_median() -> None:
+    # Eight workers hand out batches in bursts: most steps take a millisecond, one in eight the wait.
+    # The single steps' quartiles (about 1 ms) would not contain the arm's 50 ms per step.
+    turns = [Turn(arm="a", started=0, ended=1, step_ms=[100.0] * 10)]
+    turns += [Turn(arm="b", started=0, ended=1, step_ms=([1.0] * 7 + [wait]) * 4) for wait in (385.0, 393.0, 449.0)]
+    a, b = Arms({"a": "as launched", "b": "num_workers=8"}, turns).rows()
+    assert b["step_ms"] == pytest.approx(50.0, abs=0.01) and b["turns"] == 3 and b["steps"] == 96
+    assert b["step_ms_q1"] <= b["step_ms"] <= b["step_ms_q3"]
+    assert (b["step_ms_min"], b["step_ms_max"]) == (pytest.approx(49.0), pytest.approx(57.0))
+    assert (a["step_ms_q1"], a["step_ms"], a["step_ms_q3"], a["turns"]) == (100.0, 100.0, 100.0, 1)

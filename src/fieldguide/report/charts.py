@@ -2,9 +2,10 @@
 stylesheets to fetch, so the HTML report opens anywhere. Pure functions over plain data.
 
 Per-step series (the ones a probe declares, and memory per step from its rows) become line
-charts; the arms of a tried fix become bars with their quartiles as whiskers (a worker sweep
-also as a line, against the job as launched); the cold start becomes a timeline. The TUI draws
-the same series, taken from here (`series_groups`, `arm_bars`), with block characters."""
+charts; the arms of a tried fix become bars (the median of their turns' mean step times) with
+the quartiles of those turn means as whiskers (a worker sweep also as a line, against the job as
+launched); the cold start becomes a timeline. The TUI draws the same series, taken from here
+(`series_groups`, `arm_bars`, `timeline_segments`), with block characters."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ class SeriesGroup:
 
 @dataclass(frozen=True)
 class Bar:
-    """An arm: its label, median, and quartiles (the whisker); `x` is its worker count in a sweep."""
+    """An arm: its label, median, and quartiles (the whisker), all of its turns' mean step times;
+    `x` is its worker count in a sweep."""
 
     label: str
     value: float | None
@@ -138,13 +140,18 @@ def series_groups(findings: Findings, nodes: list[str] | None = None) -> list[Se
 
 
 def arm_bars(experiment: dict[str, Any]) -> list[Bar]:
-    """A tried fix's arms as bars (the job as launched first); `x` set on the arms of a worker sweep."""
+    """A tried fix's arms as bars (the job as launched first); `x` set on the arms of a worker sweep.
+    The bar is the median of the arm's turns' mean step times, the whisker the quartiles of the same
+    turn means. A report from before they were (its quartiles were of single steps, which a bursty
+    loader puts far from the median) has quartiles that need not contain the median: no whisker then."""
     bars = []
     for arm in experiment.get("arms") or []:
         text = str(arm.get("arm", ""))
         count = text.split("=", 1)[1].split()[0] if text.startswith("num_workers=") else ""
-        bars.append(Bar(text, number(arm.get("step_ms")), number(arm.get("step_ms_q1")),
-                        number(arm.get("step_ms_q3")), int(count) if count.isdigit() else None))
+        value, low, high = number(arm.get("step_ms")), number(arm.get("step_ms_q1")), number(arm.get("step_ms_q3"))
+        if value is None or low is None or high is None or not low <= value <= high:
+            low = high = None
+        bars.append(Bar(text, value, low, high, int(count) if count.isdigit() else None))
     return bars
 
 
@@ -302,6 +309,9 @@ def timeline_chart(title: str, phases: list[dict[str, Any]], total_s: float | No
 
 # -- the charts of a report ----------------------------------------------------------------------------
 
+SPREAD = "the median of the turns' mean step times, whiskers from their first to their third quartile"
+
+
 def charts_for(findings: Findings) -> list[tuple[str, str]]:
     """(caption, svg) per picture the findings hold: each distinct per-step series, each tried fix,
     and the cold start."""
@@ -323,11 +333,10 @@ def charts_for(findings: Findings) -> list[tuple[str, str]]:
             svg = bar_chart(title, sorted(sweep, key=lambda b: b.x or 0), reference=rest[0] if rest else None,
                             line=True)
             said = "; dashed: the job as launched" + (f"; the sweep {exp['shape']}" if exp.get("shape") else "")
-            charts.append((f"{title} (median, whiskers from the first to the third quartile{said})", svg))
+            charts.append((f"{title} ({SPREAD}{said})", svg))
         else:
             title = f"Fix of {exp.get('cause')}: ms per step, before and after"
-            charts.append((f"{title} (median, whiskers from the first to the third quartile)",
-                           bar_chart(title, bars)))
+            charts.append((f"{title} ({SPREAD})", bar_chart(title, bars)))
     cold = findings.cold_start
     if isinstance(cold, dict) and isinstance(cold.get("phases"), list):
         steady = f", steady from step {cold['steady_step']}" if cold.get("steady_step") is not None else ""
