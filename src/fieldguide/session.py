@@ -131,6 +131,8 @@ class Session:
         findings = findings_from_walk(self.walk, self.target.describe(), self.environment, note=note,
                                       log_tail=self.target.log_tail())
         findings.exit = ending
+        findings.ranks = next((list(r.measurement.evidence["ranks"]) for r in self.walk.path
+                               if r.measurement is not None and r.measurement.evidence.get("ranks")), [])
         if isinstance(self.target, LaunchTarget) and self.target.agent is not None:
             from fieldguide.coldstart import from_connection
 

@@ -109,10 +109,29 @@ class AttachTarget(Target):
                 raise BadInput(f"pid {pid} is not a Python process ({self.proc.name()})")
         except psutil.NoSuchProcess:
             raise BadInput(f"pid {pid} exited while fieldguide was checking it") from None
+        self.launcher_pid: int | None = None
+        self._walk_a_rank()
         denial = ptrace_denial()
         if denial:
             raise BadInput(denial)
         self._check_readable()
+
+    def _walk_a_rank(self) -> None:
+        """A launcher (torchrun, srun's step) does not train: its ranks do. The walk measures its
+        lowest rank, and the dist nodes compare every rank."""
+        from fieldguide.rankfinder import sibling_ranks
+
+        try:
+            if "RANK" in self.proc.environ():
+                return
+        except psutil.Error:
+            return
+        ranks = sibling_ranks(self._pid)
+        if ranks:
+            self.launcher_pid = self._pid
+            self._pid = ranks[0]["pid"]
+            self.proc = psutil.Process(self._pid)
+            self._cmdline = self.proc.cmdline()
 
     def _check_readable(self) -> None:
         spy = py_spy_path()
@@ -149,7 +168,10 @@ class AttachTarget(Target):
         return {"process", *super().capabilities()}
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "pid": self._pid, "cmdline": self._cmdline}
+        described = {"kind": self.kind, "pid": self._pid, "cmdline": self._cmdline}
+        if self.launcher_pid is not None:
+            described["launcher_pid"] = self.launcher_pid
+        return described
 
     def gone_reason(self) -> str:
         return f"the target (pid {self._pid}) exited mid-walk"

@@ -54,6 +54,22 @@ class AgentConnection:
         return self.hello.get("pid")
 
     @property
+    def rank(self) -> int | None:
+        """This process's RANK in a multi-rank job (torchrun, srun), None outside one."""
+        identity = self.hello.get("rank") or {}
+        try:
+            return int(identity["RANK"]) if int(identity.get("WORLD_SIZE", "1")) > 1 else None
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @property
+    def world_size(self) -> int:
+        try:
+            return max(int((self.hello.get("rank") or {}).get("WORLD_SIZE", "1")), 1)
+        except (TypeError, ValueError):
+            return 1
+
+    @property
     def capabilities(self) -> dict[str, dict[str, list[str]]]:
         return self.hello.get("capabilities") or {}
 
@@ -175,6 +191,13 @@ class AgentServer:
             if not live:
                 return None
             return max(live, key=lambda c: (c.steps_total, -c.connected_at))
+
+    def ranks(self) -> list[AgentConnection]:
+        """The connections of a multi-rank job's ranks, by rank (one per rank: the latest to connect)."""
+        with self._lock:
+            by_rank = {c.rank: c for c in sorted(self._connections, key=lambda c: c.connected_at)
+                       if c.hello and c.rank is not None}
+        return [by_rank[r] for r in sorted(by_rank) if r is not None]
 
     def wait_for(self, predicate: Any, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from .capabilities.collectives import rank_identity
 from .capability import Capability
 
 PROTOCOL = 2
@@ -146,6 +147,7 @@ class Agent:
     def start(self) -> None:
         self.send({"type": "hello", "protocol": PROTOCOL, "pid": self.pid, "ppid": os.getppid(),
                    "argv": list(sys.argv), "python": sys.version.split()[0], "executable": sys.executable,
+                   "rank": rank_identity(),
                    "t": time.monotonic(), "capabilities": {
                        name: {"requests": list(c.requests), "streams": list(c.streams)}
                        for name, c in self.capabilities.items()}})

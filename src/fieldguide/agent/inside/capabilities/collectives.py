@@ -1,0 +1,118 @@
+"""Time inside torch.distributed, per step, in a rank of a multi-rank job (WORLD_SIZE > 1).
+
+Two signals, both on the training thread:
+- the job's own collectives (all_reduce, barrier, broadcast, ...): the wall time of each call
+  (an async_op call returns at once: only its launch is counted, its wait shows where it is waited on);
+- DDP's gradient all-reduce, which runs inside backward() from C++ hooks: with CPU tensors
+  (gloo) the training thread computes its backward itself, so the part of backward() it spends
+  off the CPU (wall minus the thread's CPU time) is the wait for the other ranks' gradients.
+  With CUDA the host does not wait there (DDP only orders streams), so that signal is not
+  counted once CUDA is initialised.
+Streams one row per step: [t_end, collective_s, backward_wait_s, backward_s, calls].
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from types import ModuleType
+from typing import Any
+
+from ..capability import Capability
+
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+               "broadcast", "barrier", "monitored_barrier", "reduce", "all_to_all", "all_to_all_single", "gather",
+               "scatter", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
+RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
+            "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def rank_identity() -> dict[str, str]:
+    """This process's place in a multi-rank job, from what torchrun / srun put in its environment."""
+    identity = {k: os.environ[k] for k in RANK_ENV if k in os.environ}
+    if "RANK" not in identity and "SLURM_PROCID" in os.environ and "WORLD_SIZE" in os.environ:
+        identity["RANK"] = os.environ["SLURM_PROCID"]
+    return identity
+
+
+class Collectives(Capability):
+    name = "collectives"
+    streams = ("steps",)
+
+    def start(self) -> None:
+        self.rows = self.agent.stream(self.name, "steps")
+        identity = rank_identity()
+        self.active = int(identity.get("WORLD_SIZE", "1") or 1) > 1
+        self.collective_s = self.backward_wait_s = self.backward_s = 0.0
+        self.calls = 0
+        self.depth = 0  # a collective that calls another (all_gather_object) is counted once
+        self.torch: ModuleType | None = None
+
+    def hook_torch(self, torch: ModuleType) -> None:
+        if not self.active:
+            return
+        self.torch = torch
+        self.wrap_backward(torch)
+        distributed = getattr(torch, "distributed", None)
+        if distributed is not None and distributed.is_available():
+            c10d = getattr(distributed, "distributed_c10d", None)
+            for name in COLLECTIVES:
+                original = getattr(distributed, name, None)
+                if original is None:
+                    continue
+                timed = self.timed(original)
+                setattr(distributed, name, timed)
+                if c10d is not None and getattr(c10d, name, None) is original:
+                    setattr(c10d, name, timed)
+        self.agent.add_step_listener(self)
+
+    def timed(self, original: Any) -> Any:
+        capability = self
+
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            capability.depth += 1
+            started = time.monotonic()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                capability.depth -= 1
+                if capability.depth == 0:
+                    capability.collective_s += time.monotonic() - started
+                    capability.calls += 1
+
+        collective.__wrapped__ = original  # type: ignore[attr-defined]
+        collective.__name__ = getattr(original, "__name__", "collective")
+        collective.__doc__ = getattr(original, "__doc__", None)
+        return collective
+
+    def wrap_backward(self, torch: ModuleType) -> None:
+        base = torch.autograd.backward
+        capability = self
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            wall, cpu = time.monotonic(), time.thread_time()
+            try:
+                return base(*args, **kwargs)
+            finally:
+                wall, cpu = time.monotonic() - wall, time.thread_time() - cpu
+                capability.backward_s += wall
+                if not capability.cuda_in_use():
+                    capability.backward_wait_s += max(wall - cpu, 0.0)
+
+        backward.__wrapped__ = base  # type: ignore[attr-defined]
+        torch.autograd.backward = backward
+
+    def cuda_in_use(self) -> bool:
+        try:
+            return self.torch is not None and bool(self.torch.cuda.is_initialized())
+        except Exception:
+            return False
+
+    def on_step(self) -> None:
+        self.rows.append([time.monotonic(), round(self.collective_s, 6), round(self.backward_wait_s, 6),
+                          round(self.backward_s, 6), self.calls])
+        self.collective_s = self.backward_wait_s = self.backward_s = 0.0
+        self.calls = 0
+
+
+CAPABILITY = Collectives

@@ -1,0 +1,139 @@
+"""The ranks of a multi-rank job, side by side: step time, input, and the wait in collectives.
+
+Launch mode: every rank's agent (torchrun starts each rank's interpreter with fieldguide's
+environment, so each loads the agent and says its RANK). Attach mode: the sibling ranks are
+found by their environment (RANK under the same TORCHELASTIC_RUN_ID or MASTER_ADDR:PORT), and
+each is sampled with py-spy: idle samples inside torch.distributed or inside backward() (where
+DDP waits for the other ranks' gradients) are the wait in collectives. A process that is not
+a rank of a multi-rank job is one rank: nothing to compare, said as world_size 1.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+from fieldguide.measurement import Measurement
+from fieldguide.probes import register
+from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
+from fieldguide.ranks import RankStats, collective_fraction, compare
+
+SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
+          "comm_fraction_min": 0.0, "comm_fraction_max": 0.0}
+
+
+@register
+class RankComparison(Probe):
+    id = "dist.ranks"
+    title = "Every rank side by side: own work, input, and the wait in collectives"
+    needs = frozenset({NEEDS_PROCESS})
+    reads_history = True
+    params = {"seconds": 4.0}
+    values = {"world_size": "", "ranks_seen": "", "ranks_measured": "", "slowest_rank": "", "slowest_own_ms": "ms",
+              "others_own_ms": "ms", "own_work_ratio": "x", "slowest_wait_fraction": "fraction",
+              "others_wait_fraction": "fraction", "comm_fraction_min": "fraction", "comm_fraction_max": "fraction",
+              "slowest_data_wait": "fraction", "slowest_producer_cpu": "fraction", "slowest_reading": "",
+              "step_ms_median": "ms"}
+
+    def run(self, ctx: ProbeContext, seconds: float = 4.0) -> Measurement:
+        agent = getattr(ctx.target, "agent", None)
+        if agent is not None:
+            return self._from_agents(ctx, agent, seconds)
+        from fieldguide.rankfinder import sibling_ranks
+
+        pid = ctx.target.pid
+        if pid is None:
+            return self.cannot("no target process")
+        ranks = sibling_ranks(pid)
+        if len(ranks) < 2:
+            return self.measurement(values=dict(SINGLE), provenance="the process's environment: no RANK/WORLD_SIZE "
+                                    "of a multi-rank job (one process, nothing to compare)")
+        return self._from_stacks(ctx, ranks, seconds)
+
+    def _from_agents(self, ctx: ProbeContext, agent: Any, seconds: float) -> Measurement:
+        from fieldguide.probes.loop import loop_values
+
+        conns = agent.ranks()
+        primary = agent.primary()
+        world = max([c.world_size for c in conns] + [primary.world_size if primary is not None else 1])
+        if world <= 1:
+            return self.measurement(values=dict(SINGLE), provenance="agent: the job's environment has no "
+                                    "WORLD_SIZE above 1 (one process, nothing to compare)")
+        started = time.monotonic()
+        seconds = max(1.0, min(seconds, ctx.budget_left))
+        self.reading(ctx, elapsed=0.0, of=seconds, status=f"timing {len(conns)} of {world} ranks")
+        ctx.sleep(seconds)
+        end = time.monotonic()
+        conns = agent.ranks()
+        host = socket.gethostname()
+        stats = []
+        for conn in conns:
+            steps = list(conn.steps)
+            loop, _ = loop_values(steps, conn.iters, started, end, conn.steps_total - len(steps))
+            waited, _ = collective_fraction(list(conn.stream("collectives", "steps").items), started, end)
+            stats.append(RankStats(rank=conn.rank, pid=conn.pid, host=host, steps=loop.get("steps") or 0,
+                                   step_ms=loop.get("step_ms_median"), data_wait=loop.get("data_wait_fraction"),
+                                   collective_wait=waited, producer_cpu=loop.get("producer_cpu_fraction")))
+        return self._judged(stats, world, time.monotonic() - started,
+                            f"agent in each rank, {seconds:.0f} s window: steps from the loop hooks, collectives "
+                            "timed around torch.distributed calls and, with CPU tensors, the off-CPU part of "
+                            "backward() (DDP's gradient all-reduce)")
+
+    def _from_stacks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> Measurement:
+        from fieldguide.probes.stackclass import BACKWARD
+        from fieldguide.probes.stacks import StackSample
+        from fieldguide.targets import AttachTarget, TargetFailed
+
+        started = time.monotonic()
+        seconds = max(2.0, min(seconds, ctx.budget_left))
+        results: dict[int, Measurement] = {}
+
+        def sample(rank: dict[str, Any]) -> None:
+            try:
+                sub = ProbeContext(target=AttachTarget(rank["pid"]), budget_left=seconds, cancelled=ctx.cancelled)
+                results[rank["rank"]] = StackSample().run(sub, seconds=seconds, rate=20)
+            except TargetFailed as err:
+                results[rank["rank"]] = self.cannot(str(err))
+
+        self.reading(ctx, elapsed=0.0, of=seconds, status=f"sampling {len(ranks)} ranks with py-spy")
+        threads = [threading.Thread(target=sample, args=(r,), daemon=True) for r in ranks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(seconds + 15)
+        stats = []
+        for rank in ranks:
+            m = results.get(rank["rank"])
+            if m is None or not m.ok:
+                stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0,
+                                       step_ms=None, data_wait=None, collective_wait=None))
+                continue
+            categories = m.evidence.get("main_categories", {})
+            total = m.values.get("samples") or 0
+            backward = categories.get(BACKWARD, {"samples": 0, "on_cpu": 0})
+            idle_backward = max(backward["samples"] - backward["on_cpu"], 0)
+            waited = (m.values.get("collective_fraction") or 0.0) + (idle_backward / total if total else 0.0)
+            # No step times from outside: ranks in lockstep share one step length, so each rank's
+            # sampled shares are compared (its own work = the part it is not waiting).
+            stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0, step_ms=None,
+                                   data_wait=m.values.get("data_wait_fraction"),
+                                   collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction")))
+        return self._judged(stats, max(r["world_size"] for r in ranks), time.monotonic() - started,
+                            f"py-spy on each rank ({seconds:.0f} s, --idle and on-CPU): idle samples in "
+                            "torch.distributed or in backward() are the wait for the other ranks; shares of "
+                            "each rank's time (step times need the agent: launch mode)")
+
+    def _judged(self, stats: list[RankStats], world: int, seconds: float, provenance: str) -> Measurement:
+        values = compare(stats)
+        values["world_size"] = world
+        missing = {}
+        if values.get("ranks_measured", 0) < 2:
+            missing["own_work_ratio"] = f"fewer than 2 of {world} ranks measured ({len(stats)} found)"
+        rows = [s.row() for s in sorted(stats, key=lambda s: s.rank)]
+        return self.measurement(values=values, missing=missing, seconds=seconds, provenance=provenance,
+                                evidence={"ranks": rows, "table": [
+                                    {"rank": r["rank"], "pid": r["pid"], "step_ms": r["step_ms"],
+                                     "data_wait": r["data_wait"], "collective_wait": r["collective_wait"],
+                                     "verdict": r["verdict"]} for r in rows]})

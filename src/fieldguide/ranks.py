@@ -1,0 +1,105 @@
+"""Ranks of a multi-rank job compared: whose own work sets the pace, and who waits for whom.
+
+Each rank's step splits into its own work (compute, input, anything between steps) and the time
+it waits inside collectives for the others. In data-parallel training every rank waits in each
+step's all-reduce for the slowest: a straggler shows as one rank with the longest own work and
+the others waiting; a communication-bound job as every rank waiting alike. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass
+class RankStats:
+    rank: int
+    pid: int | None
+    host: str
+    steps: int
+    step_ms: float | None  # median
+    data_wait: float | None  # fraction of the step: waiting for or producing input
+    collective_wait: float | None  # fraction of the step inside collectives (waiting for the others)
+    producer_cpu: float | None = None  # of the input time, on the CPU (producing, not waiting)
+    verdict: str = ""  # this rank's own reading, filled by compare()
+
+    @property
+    def own_ms(self) -> float | None:
+        if self.step_ms is None or self.collective_wait is None:
+            return None
+        return self.step_ms * (1.0 - self.collective_wait)
+
+    @property
+    def own_share(self) -> float | None:
+        """The part of its time a rank is not waiting for the others (from outside: no step times)."""
+        return None if self.collective_wait is None else 1.0 - self.collective_wait
+
+    def row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["own_ms"] = None if self.own_ms is None else round(self.own_ms, 3)
+        for key in ("step_ms",):
+            row[key] = None if row[key] is None else round(row[key], 3)
+        for key in ("data_wait", "collective_wait", "producer_cpu"):
+            row[key] = None if row[key] is None else round(row[key], 4)
+        return row
+
+
+def collective_fraction(rows: list[list[Any]], window_start: float, window_end: float) -> tuple[float | None, int]:
+    """From the collectives capability's rows [t_end, collective_s, backward_wait_s, backward_s,
+    calls]: the share of the window's steps spent waiting in collectives, and the steps counted."""
+    chosen = [r for r in rows if window_start <= r[0] <= window_end]
+    if len(chosen) < 2:
+        return None, len(chosen)
+    spans = [b[0] - a[0] for a, b in zip(chosen, chosen[1:], strict=False)]
+    waited = sum(r[1] + r[2] for r in chosen[1:])
+    total = sum(spans)
+    return (min(waited / total, 1.0) if total > 0 else None), len(chosen) - 1
+
+
+def compare(ranks: list[RankStats]) -> dict[str, Any]:
+    """The values the dist nodes judge, and each rank's verdict."""
+    measured = [r for r in ranks if r.own_share is not None]
+    values: dict[str, Any] = {"ranks_seen": len(ranks), "ranks_measured": len(measured)}
+    if len(measured) < 2:
+        return values
+    timed = all(r.own_ms is not None for r in measured)  # step times (the agent), else shares (stacks)
+
+    def own(r: RankStats) -> float:
+        return (r.own_ms if timed else r.own_share) or 0.0
+
+    slowest = max(measured, key=own)
+    others = [r for r in measured if r is not slowest]
+    others_own = statistics.median(own(r) for r in others)
+    waits = [r.collective_wait or 0.0 for r in measured]
+    if timed:
+        values["slowest_own_ms"] = round(own(slowest), 3)
+        values["others_own_ms"] = round(others_own, 3)
+        values["step_ms_median"] = round(statistics.median(r.step_ms or 0.0 for r in measured), 3)
+    values.update({
+        "slowest_rank": slowest.rank,
+        "own_work_ratio": round(own(slowest) / others_own, 3) if others_own > 0 else None,
+        "slowest_wait_fraction": round(slowest.collective_wait or 0.0, 4),
+        "others_wait_fraction": round(min(r.collective_wait or 0.0 for r in others), 4),
+        "comm_fraction_min": round(min(waits), 4),
+        "comm_fraction_max": round(max(waits), 4),
+        "slowest_data_wait": None if slowest.data_wait is None else round(slowest.data_wait, 4),
+        "slowest_producer_cpu": None if slowest.producer_cpu is None else round(slowest.producer_cpu, 4),
+    })
+    values["slowest_reading"] = own_reading(slowest)
+    for r in measured:
+        r.verdict = ("slowest own work: " + values["slowest_reading"]) if r is slowest else (
+            f"waits {r.collective_wait or 0.0:.0%} of its step in collectives")
+    return values
+
+
+def own_reading(rank: RankStats) -> str:
+    """What a rank's own work is, in the words of its first departure on the slow-training walk."""
+    if rank.data_wait is not None and rank.data_wait >= 0.2:
+        how = ("on the CPU" if rank.producer_cpu is not None and rank.producer_cpu >= 0.5
+               else "mostly waiting, off the CPU")
+        return (f"input-bound: {rank.data_wait:.0%} of its step passes between steps, getting its next batch "
+                f"or working after the update ({how})")
+    return (f"its compute: {1.0 - (rank.collective_wait or 0.0):.0%} of its step is its own work "
+            "(forward, backward, the update)")
