@@ -33,16 +33,18 @@ def test_calibrate_measures_caches_and_shows(tmp_path: Path) -> None:
     n = cores()
     if n > 4:
         pytest.skip(f"the plateau check is for small machines; this one has {n} cores")
-    waiting = {w: rates[("loader.waiting", w)]["median"] for w in (0, n, 8)}
-    cpu = {w: rates[("loader.cpu", w)]["median"] for w in (0, n, 8)}
+    waiting = {w: rates[("loader.waiting", w)]["median"] for w in (0, 1, 2, 4, 8)}
+    cpu = {w: rates[("loader.cpu", w)]["median"] for w in (0, 1, 2, 4, 8)}
     # Waiting overlaps: 8 workers do about 8x the batches of none (sleeps need no core).
     assert cal["values"]["waiting_scaling_8"] > 4, waiting
-    assert waiting[8] > 1.8 * waiting[n], waiting
-    # CPU work stops at the cores: past them, more workers add (almost) nothing. The box is shared,
-    # so the bounds are loose; the waiting pipeline's growth over the same range is the contrast.
-    assert cpu[8] < 1.5 * cpu[n], cpu
-    assert cpu[8] / cpu[0] < (n + 1), cpu
-    assert cal["values"]["cpu_plateau_workers"] <= 2 * n
+    waiting_past_cores = waiting[8] / max(v for w, v in waiting.items() if w <= n)
+    assert waiting_past_cores > 2.5, waiting  # ideally 8 / n
+    # CPU work stops at the cores: past them more workers add little. The box is shared: other jobs
+    # take cores, and 8 processes win a larger share of them than 2 do, so the bound is loose; the
+    # waiting pipeline's growth over the same range is the contrast.
+    cpu_past_cores = cpu[8] / max(v for w, v in cpu.items() if w <= n)
+    assert cpu_past_cores < 2.2 and waiting_past_cores > 1.6 * cpu_past_cores, (waiting, cpu)
+    assert cal["values"]["cpu_plateau_workers"] in cpu
     assert cal["values"]["gpu_launch_us"] is None or cal["device"] != "cpu"
     if cal["device"] == "cpu":
         assert cal["missing"]["gpu_launch_us"] == "no CUDA device"
