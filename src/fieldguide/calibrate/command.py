@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,13 @@ def torch_python() -> str:
     return sys.executable
 
 
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it had ended
+        pass
+
+
 def _bench(python: str, *args: str, on_record: Any = None) -> list[dict[str, Any]]:
     """Run bench.py, handing each JSON line to on_record as it arrives; its records."""
     records: list[dict[str, Any]] = []
@@ -54,7 +62,9 @@ def _bench(python: str, *args: str, on_record: Any = None) -> list[dict[str, Any
                                     text=True, start_new_session=True)  # its DataLoader workers in its group
         except OSError as err:
             raise FieldguideError(f"cannot run {python}: {err.strerror or err}", exit_code=EXIT_BAD_INPUT) from None
-        deadline = time.monotonic() + TIMEOUT_S
+        # A bench that hangs (a wedged GPU, a worker that never returns) is ended, workers and all.
+        timer = threading.Timer(TIMEOUT_S, _kill_group, (proc.pid,))
+        timer.start()
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -65,14 +75,15 @@ def _bench(python: str, *args: str, on_record: Any = None) -> list[dict[str, Any
                 records.append(record)
                 if on_record is not None:
                     on_record(record)
-                if time.monotonic() > deadline:
-                    raise FieldguideError(f"calibration took over {TIMEOUT_S:.0f} s; stopped",
-                                          exit_code=EXIT_CANNOT_MEASURE)
             proc.wait()
         finally:
+            timer.cancel()
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                _kill_group(proc.pid)
                 proc.wait()
+        if proc.returncode == -signal.SIGKILL:
+            raise FieldguideError(f"the calibration bench ran over {TIMEOUT_S:.0f} s and was stopped; nothing was "
+                                  "cached", exit_code=EXIT_CANNOT_MEASURE)
         if proc.returncode != 0 or not records or records[-1].get("kind") not in ("done", "identity"):
             errors.seek(0)
             tail = [ln for ln in errors.read().splitlines() if ln.strip()][-8:]
