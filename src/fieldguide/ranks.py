@@ -102,4 +102,4 @@ def own_reading(rank: RankStats) -> str:
         return (f"input-bound: {rank.data_wait:.0%} of its step passes between steps, getting its next batch "
                 f"or working after the update ({how})")
     return (f"its compute: {1.0 - (rank.collective_wait or 0.0):.0%} of its step is its own work "
-            "(forward, backward, the update)")
+            "(forward, backward, the update, anything between steps)")

@@ -1,0 +1,126 @@
+"""Ranks compared, on constructed per-rank numbers and rows: straggler, communication-bound, one process."""
+
+from __future__ import annotations
+
+import pytest
+
+from fieldguide.engine import Walk
+from fieldguide.measurement import Measurement
+from fieldguide.playbook import find_playbook
+from fieldguide.ranks import RankStats, collective_fraction, compare
+
+
+def rank(r: int, step_ms: float | None, wait: float, data: float = 0.0, cpu: float | None = None) -> RankStats:
+    return RankStats(rank=r, pid=100 + r, host="node-a", steps=50, step_ms=step_ms, data_wait=data,
+                     collective_wait=wait, producer_cpu=cpu)
+
+
+def test_a_straggler_is_the_rank_with_the_longest_own_work_and_the_others_wait():
+    ranks = [rank(0, 12.0, 0.85), rank(1, 12.0, 0.10, data=0.6, cpu=0.9), rank(2, 12.0, 0.80), rank(3, 12.0, 0.82)]
+    values = compare(ranks)
+    assert values["slowest_rank"] == 1
+    assert values["own_work_ratio"] == pytest.approx((12 * 0.9) / (12 * 0.18), rel=0.01)
+    assert values["others_wait_fraction"] == pytest.approx(0.80)
+    assert "input-bound: 60%" in values["slowest_reading"] and "on the CPU" in values["slowest_reading"]
+    assert ranks[1].verdict.startswith("slowest own work") and "waits 85%" in ranks[0].verdict
+
+
+def test_communication_bound_ranks_wait_alike_and_none_is_slower():
+    values = compare([rank(0, 150.0, 0.68), rank(1, 152.0, 0.73)])
+    assert values["own_work_ratio"] < 1.3
+    assert values["comm_fraction_min"] == pytest.approx(0.68)
+    assert values["comm_fraction_max"] == pytest.approx(0.73)
+
+
+def test_from_outside_shares_stand_for_step_times():
+    values = compare([rank(0, None, 0.17), rank(1, None, 0.67)])
+    assert values["slowest_rank"] == 0 and "slowest_own_ms" not in values
+    assert values["own_work_ratio"] == pytest.approx(0.83 / 0.33, rel=0.01)
+
+
+def test_one_rank_measured_is_nothing_to_compare():
+    assert "own_work_ratio" not in compare([rank(0, 10.0, 0.5), RankStats(1, 101, "a", 0, None, None, None)])
+
+
+def test_collective_rows_give_the_share_of_the_window_waited():
+    # [t_end, collective_s, backward_wait_s, backward_s, calls]: steps of 0.1 s, 0.06 s waited in each.
+    rows = [[10.0 + 0.1 * i, 0.01, 0.05, 0.07, 1] for i in range(20)]
+    share, steps = collective_fraction(rows, 10.0, 12.0)
+    assert steps == 19 and share == pytest.approx(0.6)
+    assert collective_fraction(rows[:1], 10.0, 12.0) == (None, 1)
+
+
+def dist_measurement(**values):
+    base = {"world_size": 2, "ranks_seen": 2, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
+            "comm_fraction_min": 0.0, "comm_fraction_max": 0.0}
+    return Measurement(probe="dist.ranks", values={**base, **values})
+
+
+@pytest.mark.parametrize(("values", "cause"), [
+    ({"own_work_ratio": 4.5, "others_wait_fraction": 0.85, "slowest_rank": 0}, "dist.straggler"),
+    ({"own_work_ratio": 1.1, "others_wait_fraction": 0.7, "comm_fraction_min": 0.68}, "dist.comm_bound"),
+])
+def test_the_walk_checks_ranks_first(values, cause):
+    playbook = find_playbook("slow-training")
+
+    def measure(option):
+        if option.probe == "training.activity":
+            return Measurement(probe=option.probe, values={"trains": True})
+        return dist_measurement(**values)
+
+    walk = Walk(playbook, lambda: {"process", "agent", "launch"}, measure)
+    walk.run()
+    assert walk.departure is not None and walk.departure.cause.id == cause
+    assert [r.node for r in walk.path][:2] == ["target.trains", "dist.ranks"]
+
+
+def test_one_process_passes_the_rank_nodes_at_once():
+    playbook = find_playbook("slow-training")
+    results = {}
+    walk = Walk(playbook, lambda: {"process", "agent", "launch"},
+                lambda option: dist_measurement() if option.probe == "dist.ranks"
+                else Measurement(probe=option.probe, values={"trains": True}))
+    for node in ("dist.ranks", "dist.comm"):
+        results[node] = walk.run_node(node).status
+    assert results == {"dist.ranks": "pass", "dist.comm": "pass"}
+
+
+def test_a_launchers_ranks_are_found_by_their_environment(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from fieldguide.rankfinder import sibling_ranks
+
+    # A launcher with two ranks of one job and a process of another job (a second torchrun).
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(
+        "import os, subprocess, sys, time\n"
+        "kids = []\n"
+        "for rank, run in ((1, 'job'), (0, 'job'), (0, 'other')):\n"
+        "    env = dict(os.environ, RANK=str(rank), WORLD_SIZE='2', TORCHELASTIC_RUN_ID=run)\n"
+        "    kids.append(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], env=env))\n"
+        "print('up', flush=True)\n"
+        "time.sleep(30)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")}
+    proc = subprocess.Popen([sys.executable, str(launcher)], stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        time.sleep(0.3)
+        ranks = sibling_ranks(proc.pid)
+        assert [r["rank"] for r in ranks] == [0, 1] and all(r["world_size"] == 2 for r in ranks)
+        # From a rank, its siblings of the same job (not the other job's rank 0).
+        assert [r["pid"] for r in sibling_ranks(ranks[1]["pid"])] == [r["pid"] for r in ranks]
+        alone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
+        try:
+            assert sibling_ranks(alone.pid) == []  # not a rank, no ranks below: one process
+        finally:
+            alone.kill()
+            alone.wait()
+    finally:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
