@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from fieldguide import __version__
+from fieldguide.coldstart import SHARE_TITLES
 from fieldguide.measurement import format_value
-from fieldguide.report.charts import charts_for
+from fieldguide.report.charts import charts_for, cold_start_of, timed_phases, timeline_title
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import inline_html, page_html, page_markdown
 from fieldguide.report.summary import EXPERIMENT_COLUMNS
@@ -71,6 +72,31 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _share(seconds: float, total: object) -> str:
+    return f"{seconds / total:.0%}" if isinstance(total, (int, float)) and total > 0 else ""
+
+
+def cold_start_markdown(findings: Findings) -> list[str]:
+    """## Cold start: the time to steady steps, the timeline's phases and where the time went (the
+    disjoint shares, largest first); what a node of the walk measured, else the walk's own."""
+    cold, _ = cold_start_of(findings, [str(step["node"]) for step in findings.path])
+    if cold is None:
+        return []
+    total = cold.get("total_s")
+    lines = ["## Cold start", "", timeline_title(cold).removeprefix("Cold start: ") + ".", "", "| phase | from s | seconds | share |",
+             "|---|---|---|---|"]
+    lines += [f"| {_md_cell(title)} | {start:.3g} | {seconds:.3g} | {_share(seconds, total)} |"
+              for _, title, start, seconds in timed_phases(cold.get("phases"))]
+    shares = cold.get("shares")
+    found = sorted(((str(n), float(v)) for n, v in (shares.items() if isinstance(shares, dict) else [])
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)), key=lambda item: -item[1])
+    if found:
+        lines += ["", "| where the time went | seconds | share |", "|---|---|---|"]
+        lines += [f"| {_md_cell(SHARE_TITLES.get(name, name))} | {seconds:.3g} | {_share(seconds, total)} |"
+                  for name, seconds in found]
+    return [*lines, ""]
+
+
 def to_markdown(findings: Findings) -> str:
     f = redacted(findings)
     lines = [f"# fieldguide report: {f.playbook_title}", ""]
@@ -110,6 +136,7 @@ def to_markdown(findings: Findings) -> str:
         lines += [f"**{f.exit_line()}**", ""]
     if f.note:
         lines += [f"> {f.note}", ""]
+    lines += cold_start_markdown(f)
     lines += ["## Path", "", "| node | status | measured | expected | probe | s | note |", "|---|---|---|---|---|---|---|"]
     for step in f.path:
         lines.append(f"| {step['node']} | {status_mark(step['status'])} | {_md_cell(_measured(f, step['measured']))} | "

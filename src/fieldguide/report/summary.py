@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from fieldguide.measurement import format_value
+from fieldguide.report.charts import cold_start_of, timeline_segments, timeline_title
 from fieldguide.report.findings import Findings, experiment_rows
 from fieldguide.report.fixsteps import steps_markdown
 from fieldguide.report.vocabulary import (
@@ -72,6 +73,41 @@ def found_table(rows: list[dict[str, Any]], units: dict[str, str]) -> Table:
     return table
 
 
+class Timeline:
+    """The cold start as one bar of block characters, a segment per phase as wide as its seconds
+    (laid out by report/charts.py, coloured as the HTML report's timeline), under the time to
+    steady steps, with a legend of each phase's title and seconds; as wide as it is given."""
+
+    GAP = "  "
+
+    def __init__(self, cold: dict[str, Any], most: int = 100) -> None:
+        self.cold, self.most = cold, most
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = max(min(options.max_width, self.most), 8)
+        segments = timeline_segments(self.cold.get("phases"), width)
+        yield Text(timeline_title(self.cold), style="bold")
+        yield Text.assemble(*((s.fill * s.cells, s.colour) for s in segments), no_wrap=True, overflow="crop")
+        line = Text()
+        for s in segments:  # the legend, entry after entry, a line as full as it goes
+            entry = Text.assemble((s.fill, s.colour), " ", s.words)
+            if line and line.cell_len + len(self.GAP) + entry.cell_len > width:
+                yield line
+                line = Text()
+            if line:
+                line.append(self.GAP)
+            entry.truncate(width - line.cell_len, overflow="ellipsis")
+            line.append_text(entry)
+        if line:
+            yield line
+
+
+def cold_start_renderables(findings: Findings) -> list[RenderableType]:
+    """The cold start's bar where a node of the walk timed the start (its evidence holds one)."""
+    cold, node = cold_start_of(findings, [str(step["node"]) for step in findings.path])
+    return [Text(""), Timeline(cold)] if cold is not None and node is not None else []
+
+
 def experiment_renderables(experiments: list[dict[str, Any]], gap: bool = False) -> list[RenderableType]:
     """Each fix tried: its title, the table of arms, and its verdict (or why it was not tried)."""
     parts: list[RenderableType] = []
@@ -99,6 +135,7 @@ def summary_panel(findings: Findings) -> Panel:
         parts += [Text("Verify: ", style="bold").append(Text(dep["verify"], style="not bold"))]
     elif findings.conclusion:
         parts += [Text(""), Text(f"Healthy: {findings.conclusion}", style="bold green"), Text(findings.conclusion_text)]
+    parts += cold_start_renderables(findings)
     rows = findings.found_rows()
     if rows:
         parts += [Text(""), found_table(rows, findings.units)]
