@@ -82,7 +82,6 @@ class RankComparison(Probe):
                             "backward() (DDP's gradient all-reduce)")
 
     def _from_stacks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> Measurement:
-        from fieldguide.probes.stackclass import BACKWARD
         from fieldguide.probes.stacks import StackSample
         from fieldguide.targets import AttachTarget, TargetFailed
 
@@ -98,11 +97,19 @@ class RankComparison(Probe):
                 results[rank["rank"]] = self.cannot(str(err))
 
         self.reading(ctx, elapsed=0.0, of=seconds, status=f"sampling {len(ranks)} ranks with py-spy")
+        cpu_before = {r["rank"]: main_thread_cpu(r["pid"]) for r in ranks}
+        wall_before = time.monotonic()
         threads = [threading.Thread(target=sample, args=(r,), daemon=True) for r in ranks]
         for t in threads:
             t.start()
         for t in threads:
             t.join(seconds + 15)
+        wall = time.monotonic() - wall_before
+        off_cpu = {}
+        for r in ranks:
+            after, before = main_thread_cpu(r["pid"]), cpu_before[r["rank"]]
+            if after is not None and before is not None and wall > 0:
+                off_cpu[r["rank"]] = min(max(1.0 - (after - before) / wall, 0.0), 1.0)
         stats = []
         for rank in ranks:
             m = results.get(rank["rank"])
@@ -110,20 +117,17 @@ class RankComparison(Probe):
                 stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0,
                                        step_ms=None, data_wait=None, collective_wait=None))
                 continue
-            categories = m.evidence.get("main_categories", {})
-            total = m.values.get("samples") or 0
-            backward = categories.get(BACKWARD, {"samples": 0, "on_cpu": 0})
-            idle_backward = max(backward["samples"] - backward["on_cpu"], 0)
-            waited = (m.values.get("collective_fraction") or 0.0) + (idle_backward / total if total else 0.0)
+            waited = waited_share(m, off_cpu.get(rank["rank"]))
             # No step times from outside: ranks in lockstep share one step length, so each rank's
             # sampled shares are compared (its own work = the part it is not waiting).
             stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0, step_ms=None,
                                    data_wait=m.values.get("data_wait_fraction"),
                                    collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction")))
         return self._judged(stats, max(r["world_size"] for r in ranks), time.monotonic() - started,
-                            f"py-spy on each rank ({seconds:.0f} s, --idle and on-CPU): idle samples in "
-                            "torch.distributed or in backward() are the wait for the other ranks; shares of "
-                            "each rank's time (step times need the agent: launch mode)")
+                            f"each rank's main-thread CPU time (psutil) and py-spy ({seconds:.0f} s, --idle and "
+                            "on-CPU): the time off the CPU, in the share of idle samples inside torch.distributed or "
+                            "backward(), is the wait for the other ranks; shares of each rank's time (step times "
+                            "need the agent: launch mode)")
 
     def _judged(self, stats: list[RankStats], world: int, seconds: float, provenance: str) -> Measurement:
         values = compare(stats)
@@ -137,3 +141,33 @@ class RankComparison(Probe):
                                     {"rank": r["rank"], "pid": r["pid"], "step_ms": r["step_ms"],
                                      "data_wait": r["data_wait"], "collective_wait": r["collective_wait"],
                                      "verdict": r["verdict"]} for r in rows]})
+
+
+def main_thread_cpu(pid: int) -> float | None:
+    """CPU seconds of a process's main thread (its thread id is its pid), from /proc via psutil."""
+    import psutil
+
+    try:
+        for thread in psutil.Process(pid).threads():
+            if thread.id == pid:
+                return float(thread.user_time + thread.system_time)
+    except psutil.Error:
+        return None
+    return None
+
+
+def waited_share(m: Measurement, off_cpu: float | None) -> float:
+    """A rank's wait for the others, from outside: the share of its time its main thread was off
+    the CPU (exact, from its CPU time), times the share of its idle samples inside
+    torch.distributed or backward() (where DDP waits for the other ranks' gradients). Without the
+    CPU time, the idle samples alone."""
+    from fieldguide.probes.stackclass import BACKWARD, COLLECTIVE
+
+    categories = m.evidence.get("main_categories", {})
+    idle = {c: max(v.get("samples", 0) - v.get("on_cpu", 0), 0) for c, v in categories.items()}
+    in_collectives = idle.get(COLLECTIVE, 0) + idle.get(BACKWARD, 0)
+    total_idle = sum(idle.values())
+    if off_cpu is not None and total_idle:
+        return min(off_cpu * in_collectives / total_idle, 1.0)
+    total = m.values.get("samples") or 0
+    return min(in_collectives / total, 1.0) if total else 0.0
