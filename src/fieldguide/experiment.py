@@ -33,6 +33,7 @@ class Turn:
     started: float
     ended: float
     step_ms: list[float] = field(default_factory=list)
+    peak_rss_mb: float | None = None  # the job's processes (workers too) at their largest in the turn
 
     @property
     def mean_ms(self) -> float | None:
@@ -82,6 +83,8 @@ class Arms:
                           "step_ms_q3": _r(quantile(means, 0.75)), "step_ms_min": _r(min(means, default=None)),
                           "step_ms_max": _r(max(means, default=None)), "turns": len(means),
                           "steps": len(self.steps(arm)),
+                          "peak_rss_mb": max((t.peak_rss_mb for t in self.turns if t.arm == arm
+                                              and t.peak_rss_mb is not None), default=None),
                           "vs_a": _r(median(ratios)) if ratios else None,
                           "vs_a_min": _r(min(ratios)) if ratios else None,
                           "vs_a_max": _r(max(ratios)) if ratios else None})
@@ -98,6 +101,20 @@ class Arms:
 
 
 ABResult = Arms  # two arms: the launched job and one change
+
+
+def _tree_rss_mb(pid: int | None) -> float | None:
+    """Resident memory of a process and its children (DataLoader workers), in MB; None if gone.
+    Memory causes are judged by their peak: an experiment reports each arm's beside its speed."""
+    import psutil
+
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in (root, *root.children(recursive=True))) / 2**20
+    except psutil.Error:
+        return None
 
 
 def _r(value: float | None) -> float | None:
@@ -189,13 +206,17 @@ class TurnExperiment:
         # turn is not timed. What is timed: steps that began and ended inside the rest.
         resumed = time.monotonic()
         started = resumed + max(SETTLE_S, DRAIN_SHARE * window)
+        peak: float | None = None
         while time.monotonic() - started < window and target.alive() and not cancelled():
+            rss = _tree_rss_mb(target.pid)
+            peak = rss if peak is None or (rss is not None and rss > peak) else peak
             time.sleep(0.05)
         ended = time.monotonic()
         conn = target.agent.primary() if target.agent else None
         rows = list(conn.steps) if conn is not None else []
         step_ms = [round(r[1] * 1000, 3) for r in rows if r[0] <= ended and r[0] - r[1] >= started]
-        return Turn(arm=arm, started=started, ended=ended, step_ms=step_ms)
+        return Turn(arm=arm, started=started, ended=ended, step_ms=step_ms,
+                    peak_rss_mb=round(peak, 1) if peak is not None else None)
 
 
 class ABExperiment(TurnExperiment):

@@ -103,3 +103,10 @@ def test_an_arms_spread_is_of_the_same_turn_means_as_its_median() -> None:
     assert b["step_ms_q1"] <= b["step_ms"] <= b["step_ms_q3"]
     assert (b["step_ms_min"], b["step_ms_max"]) == (pytest.approx(49.0), pytest.approx(57.0))
     assert (a["step_ms_q1"], a["step_ms"], a["step_ms_q3"], a["turns"]) == (100.0, 100.0, 100.0, 1)
+
+
+def test_each_arm_reports_its_peak_resident_memory_beside_its_speed():
+    turns = [Turn("a", 0, 1, [10.0, 10.0], peak_rss_mb=900.0), Turn("b", 1, 2, [9.0], peak_rss_mb=600.0),
+             Turn("a", 2, 3, [11.0], peak_rss_mb=950.0), Turn("b", 3, 4, [9.5], peak_rss_mb=None)]
+    rows = {r["arm"]: r for r in Arms({"a": "as launched", "b": "fixed"}, turns).rows()}
+    assert rows["as launched"]["peak_rss_mb"] == 950.0 and rows["fixed"]["peak_rss_mb"] == 600.0

@@ -168,6 +168,6 @@ def waited_share(m: Measurement, off_cpu: float | None) -> float:
     in_collectives = idle.get(COLLECTIVE, 0) + idle.get(BACKWARD, 0)
     total_idle = sum(idle.values())
     if off_cpu is not None and total_idle:
-        return min(off_cpu * in_collectives / total_idle, 1.0)
+        return float(min(off_cpu * in_collectives / total_idle, 1.0))
     total = m.values.get("samples") or 0
-    return min(in_collectives / total, 1.0) if total else 0.0
+    return float(min(in_collectives / total, 1.0)) if total else 0.0
