@@ -19,9 +19,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Markdown, Static
 
 from fieldguide.measurement import format_value
-from fieldguide.report.charts import series_groups
+from fieldguide.report.charts import cold_start_of, series_groups
 from fieldguide.report.fixsteps import page_markdown
-from fieldguide.report.summary import FOUND_ROWS, found_table
+from fieldguide.report.summary import FOUND_ROWS, Timeline, found_table
 from fieldguide.report.vocabulary import (
     DEPART,
     ERROR,
@@ -181,6 +181,13 @@ class DepartureScreen(Screen[None]):
         return [Text(""), Text(f"{self.departure['node']}: what was found", style="bold"),
                 found_table(rows, self.findings.units), *more]
 
+    def _timeline(self) -> tuple[list[RenderableType], bool]:
+        """The cold start as one bar, a segment per phase (report/summary.py's Timeline, laid out by
+        report/charts.py), where the findings have one; and whether the chain measured it (then it
+        goes with the departed node's rows), rather than the walk timing its job's start on the side."""
+        cold, node = cold_start_of(self.findings, [step["node"] for step in self.chain])
+        return ([Text(""), Timeline(cold)] if cold is not None else []), node is not None
+
     def _evidence(self) -> Group:
         parts: list[RenderableType] = [Text(""), Text("Evidence", style="bold underline")]
         table, shown = self._evidence_table()
@@ -188,6 +195,9 @@ class DepartureScreen(Screen[None]):
         numbers_line = self._numbers(shown)
         if numbers_line is not None:
             parts.append(numbers_line)
+        timeline, measured = self._timeline()
+        if measured:
+            parts += timeline
         parts += self._rows()
         series = self._series()
         if series:
@@ -202,6 +212,8 @@ class DepartureScreen(Screen[None]):
                 stack = " ← ".join(frames[:STACK_FRAMES]) + (" ← …" if len(frames) > STACK_FRAMES else "")
                 parts.append(Text.assemble((f"{part:4.0%} " if isinstance(part, (int, float)) else "     ", "bold"),
                                            (f"{s.get('category', '')}  ", "yellow"), stack))
+        if not measured:
+            parts += timeline
         provenance = [f"{step['node']}: {self.findings.evidence[step['node']]['provenance']}" for step in self.chain
                       if self.findings.evidence.get(step["node"], {}).get("provenance")]
         if provenance:
