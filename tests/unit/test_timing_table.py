@@ -91,6 +91,18 @@ def test_reading_names_slow_steps_after_a_quick_first_step() -> None:
     assert "it includes the first step (20.0 ms) and steps ran slower until step 31;" in reading(t)
 
 
+def test_reading_when_the_naive_timer_reads_low() -> None:
+    ends = [START + 0.01]
+    for n in range(2, 401):
+        ends.append(ends[-1] + (0.005 if n <= 50 else 0.010))
+    t = Timing(ends=ends, first_forward=START, steps_wanted=400, no_device="no CUDA")
+    assert reading(t).startswith("the naive 20-step timer reads 0.52x the warmed median: the early steps ran faster")
+    fast_host = device_window(gpu_reply(20, 50.0, 1.0, 900.0))
+    assert fast_host is not None
+    t.device, t.no_device = [fast_host], ""
+    assert "0.10x the warmed median: the host ran ahead of the device" in reading(t)
+
+
 def test_steps_not_reached_say_why() -> None:
     t = Timing(ends=cpu_ends(150), first_forward=START, steps_wanted=400, short="150 steps in 60 s (--timeout)",
                no_device="no CUDA")
