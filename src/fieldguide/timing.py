@@ -191,7 +191,7 @@ def warm_up(t: Timing, n: int, naive: float) -> str:
     extra = (naive - stats[0]) * n if stats else 0.0
     if first is not None and stats and first - stats[0] >= 0.6 * extra:
         return f"the first step's warm-up ({ms(first)} ms)"
-    slow = f"steps ran slower until step {steady}" if steady and steady > 2 else "the warm-up steps"
+    slow = f"the slower steps before step {steady}" if steady and steady > 2 else "the warm-up steps"
     return f"the first step ({ms(first)} ms) and {slow}" if first is not None else slow
 
 

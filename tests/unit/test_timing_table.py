@@ -88,7 +88,7 @@ def test_reading_names_slow_steps_after_a_quick_first_step() -> None:
         ends.append(ends[-1] + (0.050 if n <= 30 else 0.010))
     t = Timing(ends=ends, first_forward=START, steps_wanted=400, no_device="no CUDA")
     assert warm_steps(ends)[0] == 31
-    assert "it includes the first step (20.0 ms) and steps ran slower until step 31;" in reading(t)
+    assert "it includes the first step (20.0 ms) and the slower steps before step 31;" in reading(t)
 
 
 def test_reading_when_the_naive_timer_reads_low() -> None:
@@ -138,7 +138,7 @@ def test_first_step_missing_times_from_the_first_steps_end() -> None:
     assert table(t)["first step ever"] == ("-", "not seen: its start came before the agent")
     assert naive_ms(t, 20) == pytest.approx((ends[20] - ends[0]) * 1000 / 20)
     assert naive_ms(t, 400) is None  # step 401's end was never seen
-    assert "it includes steps ran slower until step 6" in reading(t)
+    assert "it includes the slower steps before step 6" in reading(t)
     late = Timing(ends=ends, first_forward=ends[0] + 1, steps_wanted=400)  # a forward after step 1: not its start
     assert first_step_ms(late) is None
 
