@@ -58,6 +58,10 @@ def test_reading_declarations_never_imports_torch() -> None:
     ("FIELDGUIDE = {'playbook': 'slow-training', 'cause': 'waiting', 'modes': ['launch']}\n", "cause id"),
     ("FIELDGUIDE = {'playbook': 'slow-training', 'cause': 'input.waiting', 'modes': ['launch'], 'x': 1}\n",
      "unknown FIELDGUIDE keys"),
+    ("FIELDGUIDE = {'playbook': 'slow-training', 'cause': 'a.b', 'modes': ['launch'], 'python_args': '-m x'}\n",
+     "python_args"),
+    ("FIELDGUIDE = {'playbook': 'slow-training', 'cause': 'a.b', 'modes': ['launch'], 'python_args': ['-m', '']}\n",
+     "python_args"),
 ])
 def test_malformed_declarations_say_what_is_wrong(source: str, needle: str) -> None:
     with pytest.raises(workloads.BadDeclaration, match=needle) as info:
@@ -69,3 +73,17 @@ def test_a_declaration_is_read_without_running_the_script() -> None:
     source = "raise SystemExit('never run')\nFIELDGUIDE = {'playbook': 'p', 'cause': 'a.b', 'modes': ['attach']}\n"
     d = workloads.read_declaration(source, "w.py")
     assert (d.playbook, d.cause, d.modes) == ("p", "a.b", ("attach",))
+
+
+def test_python_args_run_a_workload_under_its_launcher() -> None:
+    source = ("FIELDGUIDE = {'playbook': 'p', 'cause': 'dist.straggler', 'modes': ['launch'],\n"
+              "              'python_args': ['-m', 'torch.distributed.run', '--nproc-per-node', '2']}\n")
+    d = workloads.read_declaration(source, "w.py")
+    assert d.python_args == ("-m", "torch.distributed.run", "--nproc-per-node", "2")
+    assert workloads.read_declaration("FIELDGUIDE = {'playbook': 'p', 'cause': 'a.b', 'modes': ['attach']}\n",
+                                      "w.py").python_args == ()
+    # A plain workload runs as `python script`; a torchrun one with the launcher before the script.
+    assert workloads.command(workloads.DEMO, "py") == ["py", str(workloads.path(workloads.DEMO))]
+    for name in ("ddp_straggler_input", "ddp_comm_bound", "ddp_healthy"):
+        assert workloads.command(name, "py") == ["py", "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                                 str(workloads.path(name))]

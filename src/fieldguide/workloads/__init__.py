@@ -17,6 +17,11 @@ train). It may be left out for the first two, where cause/conclusion imply it::
 
     FIELDGUIDE = {"playbook": "slow-training", "cause": None, "verdict": "inconclusive", "modes": ["launch"]}
 
+``python_args`` (optional) are the interpreter's arguments before the script, for a workload
+that runs under a launcher: a multi-rank job under torchrun declares
+``"python_args": ["-m", "torch.distributed.run", "--nproc-per-node", "2"]`` and is run as
+``python -m torch.distributed.run --nproc-per-node 2 <path(name)>`` (see ``command``).
+
 The declaration is read with ``ast.literal_eval`` from the source, never by
 importing the script: the scripts import torch, and fieldguide's process must not.
 The scripts import only the standard library and torch, so they can be run with
@@ -46,6 +51,7 @@ class Declaration:
     modes: tuple[str, ...]
     conclusion: str | None = None
     verdict: str = "departure"  # departure (cause), clean (conclusion) or inconclusive (neither)
+    python_args: tuple[str, ...] = ()  # the interpreter's arguments before the script (a launcher: torchrun)
 
 
 class BadDeclaration(ValueError):
@@ -75,7 +81,7 @@ def read_declaration(source: str, name: str = "<workload>") -> Declaration:
 def _validate(data: Any, name: str) -> Declaration:
     if not isinstance(data, dict):
         raise BadDeclaration(f"{name}: FIELDGUIDE must be a dict")
-    unknown = set(data) - {"playbook", "cause", "modes", "conclusion", "verdict"}
+    unknown = set(data) - {"playbook", "cause", "modes", "conclusion", "verdict", "python_args"}
     if unknown:
         raise BadDeclaration(f"{name}: unknown FIELDGUIDE keys {sorted(unknown)}")
     playbook, cause, modes = data.get("playbook"), data.get("cause"), data.get("modes")
@@ -96,8 +102,11 @@ def _validate(data: Any, name: str) -> Declaration:
         raise BadDeclaration(f"{name}: FIELDGUIDE verdict {verdict} contradicts its cause/conclusion ({implied})")
     if not isinstance(modes, list) or not modes or not set(modes) <= set(MODES) or len(set(modes)) != len(modes):
         raise BadDeclaration(f"{name}: FIELDGUIDE modes must be a non-empty list of {', '.join(MODES)}")
+    python_args = data.get("python_args", [])
+    if not isinstance(python_args, list) or not all(isinstance(a, str) and a for a in python_args):
+        raise BadDeclaration(f"{name}: FIELDGUIDE python_args must be a list of non-empty strings")
     return Declaration(name=pathlib.Path(name).stem, playbook=playbook, cause=cause, modes=tuple(modes),
-                       conclusion=conclusion, verdict=implied)
+                       conclusion=conclusion, verdict=implied, python_args=tuple(python_args))
 
 
 def declarations() -> dict[str, Declaration]:
@@ -117,3 +126,9 @@ def path(name: str) -> pathlib.Path:
         raise KeyError(f"unknown workload {name!r}; known: {known}")
     resource = importlib.resources.files(__package__).joinpath(f"{name}.py")
     return pathlib.Path(str(resource))
+
+
+def command(name: str, python: str) -> list[str]:
+    """The command line that runs workload ``name`` with interpreter ``python``: its declared
+    ``python_args`` (a launcher such as torchrun) before the script."""
+    return [python, *declarations()[name].python_args, str(path(name))]
