@@ -1,0 +1,251 @@
+"""`fieldguide report merge`: the reports of a job's nodes (one fieldguide per node, each seeing
+its own ranks) as one view: every node and every rank side by side, the rank whose own work sets
+the pace across the whole job, and one verdict naming each cause with where it was found.
+
+A rank's step splits into its own work and its wait in collectives (fieldguide/ranks.py): a
+node whose ranks all wait may be waiting for a rank on another node, which only the merged view
+sees. Pure apart from reading the reports and writing the result.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import socket
+import statistics
+from pathlib import Path
+from typing import Any
+
+from fieldguide import __version__
+from fieldguide.errors import FieldguideError
+from fieldguide.report.findings import Findings, utc_now
+
+STRAGGLER = "dist.straggler"
+# As the slow-training playbook's dist.ranks node judges one node's ranks: the slowest rank's own
+# work at least 1.3x the others', while the others wait at least 20% of their step.
+OWN_WORK_RATIO, OTHERS_WAIT = 1.3, 0.2
+COLUMNS = ("host", "rank", "pid", "verdict", "cause", "step ms", "own ms", "data wait", "collective wait")
+
+
+def expand_report_path(path: Path, host: str | None = None) -> Path:
+    """`%h` in a report path becomes this machine's host name (`%%` a literal `%`), so that one
+    command line run on every node (`srun ... --report reports/report-%h.json`) writes one report each."""
+    name = (host or socket.gethostname() or "localhost").replace("/", "_")
+    text = str(path)
+    if "%" not in text:
+        return path
+    return Path("%".join(part.replace("%h", name) for part in text.split("%%")))
+
+
+def merge_command(paths: list[Path], fmt: str, output: Path | None) -> int:
+    """Read the reports, merge them and print (or write to `output`) the merged view."""
+    if len(paths) < 2:
+        raise FieldguideError(f"report merge needs two or more JSON reports, one per node ({len(paths)} given)")
+    seen: set[Path] = set()
+    for path in paths:
+        if path.resolve() in seen:
+            raise FieldguideError(f"report merge: {path} is given twice")
+        seen.add(path.resolve())
+    merged = merge([(str(path), load(path)) for path in paths])
+    text = render_merged(merged, fmt)
+    if output is None:
+        print(text, end="")
+        return 0
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = output.with_name(output.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(output)  # never leave a half-written view behind
+    except OSError as err:
+        raise FieldguideError(f"cannot write {output}: {err.strerror}") from None
+    return 0
+
+
+def load(path: Path) -> Findings:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FieldguideError(f"no such report: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise FieldguideError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+    try:
+        return Findings.from_json(json.loads(text))
+    except json.JSONDecodeError:
+        raise FieldguideError(f"{path} is not a fieldguide JSON report (not JSON)") from None
+    except KeyError as err:
+        raise FieldguideError(f"{path} is not a fieldguide JSON report (no {err.args[0]})") from None
+    except (ValueError, TypeError, AttributeError) as err:
+        raise FieldguideError(f"{path} is not a fieldguide JSON report ({err})") from None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _measured(f: Findings, name: str) -> float | None:
+    """A value the walk measured (the first node that has it), e.g. loop.steps' step_ms_median."""
+    for step in f.path:
+        found = _number((step.get("measured") or {}).get(name))
+        if found is not None:
+            return found
+    return None
+
+
+def _host(f: Findings, path: str) -> str:
+    for where in (f.target, f.environment):
+        if isinstance(where, dict) and where.get("host"):
+            return str(where["host"])
+    hosts = {str(r["host"]) for r in f.ranks if r.get("host")}
+    return hosts.pop() if len(hosts) == 1 else Path(path).stem
+
+
+def _rank_rows(path: str, f: Findings, host: str) -> list[dict[str, Any]]:
+    cause = (f.first_departure or {}).get("cause")
+    named = _number((f.first_departure or {}).get("measured", {}).get("slowest_rank")) if cause == STRAGGLER else None
+    if not f.ranks:  # one process: the report itself is its one rank
+        rank = (f.environment.get("variables") or {}).get("RANK") if isinstance(f.environment, dict) else None
+        return [{"report": path, "host": host, "rank": int(str(rank)) if str(rank).isdigit() else None,
+                 "pid": f.target.get("pid"), "step_ms": _measured(f, "step_ms_median"), "own_ms": None,
+                 "data_wait": _measured(f, "data_wait_fraction"), "collective_wait": None,
+                 "verdict": f.verdict, "cause": cause or "", "conclusion": f.conclusion}]
+    rows = []
+    for r in f.ranks:
+        step, wait = _number(r.get("step_ms")), _number(r.get("collective_wait"))
+        own = _number(r.get("own_ms"))
+        if own is None and step is not None and wait is not None:
+            own = step * (1.0 - wait)
+        # A straggler departure belongs to the rank it names; any other cause to every rank.
+        mine = r.get("cause") or ("" if cause == STRAGGLER and named != _number(r.get("rank")) else cause or "")
+        rows.append({"report": path, "host": str(r.get("host") or host), "rank": r.get("rank"), "pid": r.get("pid"),
+                     "step_ms": step, "own_ms": own, "data_wait": _number(r.get("data_wait")), "collective_wait": wait,
+                     "verdict": str(r.get("verdict") or f.verdict), "cause": mine, "conclusion": f.conclusion})
+    return rows
+
+
+def _straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rank whose own work is the longest across the job: by own ms where every rank has step
+    times, else by its share of time not waiting; a straggler if a report names it, or if it is
+    1.3x the others' own work while they wait."""
+    named = [r for r in ranks if r["cause"] == STRAGGLER]
+    timed = [r for r in ranks if r["own_ms"] is not None]
+    shared = [r for r in ranks if r["collective_wait"] is not None]
+    measured, key = (timed, "own_ms") if len(timed) >= 2 else (shared, "own_share")
+    ratio = others_wait = None
+    slowest = None
+    if len(measured) >= 2:
+        def own(r: dict[str, Any]) -> float:
+            return float(r["own_ms"]) if key == "own_ms" else 1.0 - float(r["collective_wait"] or 0.0)
+        slowest = max(measured, key=own)
+        others = [r for r in measured if r is not slowest]
+        median = statistics.median(own(r) for r in others)
+        ratio = round(own(slowest) / median, 3) if median > 0 else None
+        others_wait = round(min(r["collective_wait"] or 0.0 for r in others), 4)
+    found = ratio is not None and others_wait is not None and ratio >= OWN_WORK_RATIO and others_wait >= OTHERS_WAIT
+    chosen = slowest if found or not named else named[0]
+    if chosen is None or not (found or named):
+        return None
+    return {"host": chosen["host"], "rank": chosen["rank"], "report": chosen["report"], "own_ms": chosen["own_ms"],
+            "own_work_ratio": ratio if chosen is slowest else None, "others_wait_fraction": others_wait,
+            "named_by": sorted({r["report"] for r in named if r["host"] == chosen["host"] and r["rank"] == chosen["rank"]}),
+            "found_by_merge": found and chosen is slowest and not chosen["cause"]}
+
+
+def merge(reports: list[tuple[str, Findings]]) -> dict[str, Any]:
+    """The merged view of (path, findings) pairs, as the JSON object `report merge` writes."""
+    nodes: list[dict[str, Any]] = []
+    ranks: list[dict[str, Any]] = []
+    causes: dict[str, dict[str, Any]] = {}
+    for path, f in reports:
+        host = _host(f, path)
+        rows = _rank_rows(path, f, host)
+        ranks += rows
+        steps = [r["step_ms"] for r in rows if r["step_ms"] is not None]
+        cause = (f.first_departure or {}).get("cause")
+        nodes.append({"report": path, "host": host, "playbook": f.playbook, "verdict": f.verdict,
+                      "cause": cause, "conclusion": f.conclusion, "ranks": len(rows), "created": f.created,
+                      "step_ms": round(statistics.median(steps), 3) if steps else None})
+        if cause:
+            entry = causes.setdefault(cause, {"cause": cause, "title": f.first_departure.get("title", "")
+                                              if f.first_departure else "", "reports": [], "hosts": [], "ranks": []})
+            entry["reports"].append(path)
+            entry["hosts"] = sorted({*entry["hosts"], host})
+            entry["ranks"] += [{"host": r["host"], "rank": r["rank"]} for r in rows if r["cause"] == cause]
+    straggler = _straggler(ranks)
+    if straggler and straggler["found_by_merge"]:
+        causes.setdefault(STRAGGLER, {"cause": STRAGGLER, "title": "One rank's own work sets the job's pace",
+                                      "reports": [], "hosts": [], "ranks": []})
+        causes[STRAGGLER]["hosts"] = sorted({*causes[STRAGGLER]["hosts"], straggler["host"]})
+        causes[STRAGGLER]["ranks"].append({"host": straggler["host"], "rank": straggler["rank"]})
+    verdicts = {n["verdict"] for n in nodes}
+    verdict = ("departure" if causes or "departure" in verdicts else
+               "inconclusive" if "inconclusive" in verdicts else "clean")
+    return {"fieldguide_version": __version__, "created": utc_now(), "merged_from": [p for p, _ in reports],
+            "verdict": verdict, "causes": list(causes.values()), "straggler": straggler, "nodes": nodes,
+            "ranks": ranks}
+
+
+# -- rendering ----------------------------------------------------------------------------------------
+
+def _cell(row: dict[str, Any], column: str) -> str:
+    value = row.get(column.replace(" ", "_"))
+    if column == "cause":  # a clean report's rows show its healthy leaf
+        value = value or row.get("conclusion")
+    if value is None or value == "":
+        return "" if column == "cause" else "n/a"
+    if column in ("data wait", "collective wait"):
+        return f"{value:.0%}"
+    if column in ("step ms", "own ms"):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _where(entry: dict[str, Any]) -> str:
+    ranks = [f"rank {r['rank']} on {r['host']}" for r in entry["ranks"] if r["rank"] is not None]
+    return ", ".join(ranks) or ", ".join(entry["hosts"])
+
+
+def _lines(merged: dict[str, Any]) -> tuple[str, list[str]]:
+    """The headline and the sentences every format shows above the tables."""
+    n_nodes, n_ranks = len(merged["nodes"]), len(merged["ranks"])
+    head = f"{merged['verdict']}: {n_nodes} reports, {n_ranks} ranks"
+    said = [f"{c['cause']}: {c['title']} ({_where(c)})" for c in merged["causes"]]
+    s = merged["straggler"]
+    if s:
+        how = (f"its own work is {s['own_work_ratio']:.2f}x the other ranks', which wait "
+               f"{s['others_wait_fraction']:.0%} or more of their step" if s["own_work_ratio"] else
+               "named by " + ", ".join(s["named_by"]))
+        said.append(f"Straggler: rank {s['rank']} on {s['host']}: {how}")
+    return head, said
+
+
+def render_merged(merged: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(merged, indent=2, default=str) + "\n"
+    head, said = _lines(merged)
+    node_columns = ("host", "verdict", "cause", "ranks", "step ms", "report")
+    if fmt == "md":
+        def table(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> list[str]:
+            return ([f"| {' | '.join(columns)} |", "|" + "---|" * len(columns)]
+                    + [f"| {' | '.join(_cell(r, c).replace('|', chr(92) + '|') for c in columns)} |" for r in rows])
+        lines = ["# fieldguide: merged report", "", f"**Verdict**: {head}", ""]
+        lines += [f"- {line}" for line in said] + ([""] if said else [])
+        lines += ["## Nodes", "", *table(node_columns, merged["nodes"]), "", "## Ranks", "", *table(COLUMNS, merged["ranks"]), ""]
+        lines.append(f"Merged by fieldguide {merged['fieldguide_version']} at {merged['created']}.")
+        return "\n".join(lines) + "\n"
+    if fmt == "html":
+        esc = html.escape
+
+        def table_html(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
+            heads = "".join(f"<th>{esc(c)}</th>" for c in columns)
+            body = "".join("<tr>" + "".join(f"<td>{esc(_cell(r, c))}</td>" for c in columns) + "</tr>" for r in rows)
+            return f"<table><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table>"
+        items = "".join(f"<li>{esc(line)}</li>" for line in said)
+        return ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>fieldguide: merged report</title>"
+                "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+                "td,th{border:1px solid #999;padding:.2em .6em;text-align:left}</style></head><body>"
+                f"<h1>fieldguide: merged report</h1><p><strong>Verdict</strong>: {esc(head)}</p>"
+                + (f"<ul>{items}</ul>" if items else "")
+                + f"<h2>Nodes</h2>{table_html(node_columns, merged['nodes'])}<h2>Ranks</h2>{table_html(COLUMNS, merged['ranks'])}"
+                + f"<p>Merged by fieldguide {esc(str(merged['fieldguide_version']))} at {esc(str(merged['created']))}.</p>"
+                "</body></html>\n")
+    raise FieldguideError(f"unknown format {fmt!r}; use json, md or html")
