@@ -41,6 +41,7 @@ from fieldguide.tui.screens.walkworkers import WalkWorkers
 from fieldguide.tui.walkstate import ADVANCE, QUEUE, START, WALK, Request, WalkState
 from fieldguide.tui.widgets.gpu import GpuPanel
 from fieldguide.tui.widgets.node_panel import NodePanel
+from fieldguide.tui.widgets.ranks import RankTable
 from fieldguide.tui.widgets.tree import Item, PlaybookTree
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class WalkScreen(WalkWorkers):
         Binding("d", "departure", "Departure", tooltip="Show the departure"),
         Binding("m", "remeasure", "Re-measure", tooltip="Measure the departure again (check a fix)"),
         Binding("e", "export", "Export"),
+        Binding("escape", "back", "Back", tooltip="Back to the walk of the whole job"),
     ]
 
     if TYPE_CHECKING:
@@ -77,6 +79,7 @@ class WalkScreen(WalkWorkers):
         with Horizontal(id="walk-body"):
             yield PlaybookTree(self.playbook, id="tree")
             yield NodePanel(id="panel")
+        yield RankTable(id="ranks")
         yield GpuPanel(id="walk-gpus")
         yield Footer()
 
@@ -105,7 +108,19 @@ class WalkScreen(WalkWorkers):
             return walk is None or not walk.finished
         if action in ("departure", "remeasure"):
             return walk is not None and walk.departure is not None
+        if action == "back":
+            return self.of_rank
         return True
+
+    @property
+    def of_rank(self) -> bool:
+        """A rank's own walk, opened from the job's walk below it (esc goes back to it)."""
+        stack = self.app.screen_stack
+        return self in stack and any(isinstance(s, WalkScreen) for s in stack[: stack.index(self)])
+
+    def action_back(self) -> None:
+        if self.of_rank and self.app.screen is self:
+            self.app.pop_screen()
 
     def on_unmount(self) -> None:
         if self.driver is not None:
@@ -173,7 +188,9 @@ class WalkScreen(WalkWorkers):
         self.panel.show_message("Could not measure the target", event.message)
 
         def chosen(choice: str | None) -> None:
-            if choice == "back":
+            if choice == "back" and self.of_rank:
+                self.app.pop_screen()  # a rank that cannot be read: back to the job's walk
+            elif choice == "back":
                 self.app.back_to_picker()
             else:
                 self.app.action_shutdown()
@@ -200,6 +217,8 @@ class WalkScreen(WalkWorkers):
     def node_finished(self, event: NodeFinished) -> None:
         node_id = event.result.node
         self.playbook_tree.set_state(node_id, self.state.node_finished(event.result, event.op, event.cancelled))
+        if not event.cancelled:
+            self.query_one("#ranks", RankTable).show_result(event.result)
         self._subtitle()
         if self.shown is not None and self.shown[1] == node_id:
             self._show(self.shown)
@@ -250,6 +269,10 @@ class WalkScreen(WalkWorkers):
             self._start_step()  # the walk's own next node: measure it as a step, on the record
             return
         self._request(Request(JUMP, event.item_id, fresh=False))
+
+    @on(RankTable.WalkRequested)
+    def rank_walk(self, event: RankTable.WalkRequested) -> None:
+        self.app.start_walk(TargetSpec(pid=event.pid, label=f"rank {event.rank} · pid {event.pid}"), self.playbook)
 
     # -- showing ------------------------------------------------------------------------------------
 
