@@ -25,7 +25,7 @@ from fieldguide.probes import register, registry
 from fieldguide.probes.base import Probe, ProbeContext
 from fieldguide.runner import ProbeRunner
 
-ALL_NODES = ["target.trains", "env.debug-flags", "input.worker-startup", "input.data-wait", "host.blocking-io", "host.overhead"]
+ALL_NODES = ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait", "host.blocking-io", "host.overhead"]
 
 
 def statuses(walk: Walk) -> list[tuple[str, str]]:
@@ -41,14 +41,14 @@ def test_healthy_launch_walk_is_clean(walk_with):
     assert walk.verdict == CLEAN
     assert walk.conclusion == "device.compute_bound"
     assert walk.departure is None
-    assert fake.calls == ["training.activity", "torch.flags", "loop.steps", "loop.steps", "stacks.sample",
+    assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags", "loop.steps", "loop.steps", "stacks.sample",
                           "torch.ops"]
     trains = walk.path[0]
     assert trains.probe == "training.activity"
     assert trains.measured == {"trains": True}
     assert trains.expected == "trains == true"
     assert trains.note == "" and trains.seconds == 0.25
-    flags = walk.path[1]
+    flags = walk.path[3]
     assert flags.probe == "torch.flags"
     assert flags.measured == {"anomaly_detection": False, "autograd_profiler": False, "sync_debug_on": False,
                               "cuda_launch_blocking": False}
@@ -63,7 +63,7 @@ def test_step_by_step_and_callback(slow_training):
     walk = Walk(slow_training, lambda: set(LAUNCH), fake)
     assert walk.current == "target.trains" and not walk.finished
     first = walk.step()
-    assert first.node == "target.trains" and walk.current == "env.debug-flags"
+    assert first.node == "target.trains" and walk.current == "dist.ranks"
     seen: list[str] = []
     walk.run(on_result=lambda r: seen.append(r.node))
     assert seen == ALL_NODES[1:]
@@ -82,7 +82,7 @@ def test_run_node_does_not_move_the_walk(slow_training):
 def test_data_wait_with_waiting_producer_is_input_waiting(walk_with):
     walk, fake = walk_with({"loop.steps": {"data_wait_fraction": 0.8},
                             "stacks.sample": {"producer_cpu_fraction": 0.1, "data_wait_fraction": 0.5}})
-    assert statuses(walk) == [("target.trains", PASS), ("env.debug-flags", PASS), ("input.worker-startup", PASS),
+    assert statuses(walk) == [("target.trains", PASS), ("dist.ranks", PASS), ("dist.comm", PASS), ("env.debug-flags", PASS), ("input.worker-startup", PASS),
                               ("input.data-wait", DEPART), ("input.producer", PASS)]
     assert walk.verdict == DEPARTURE
     d = walk.departure
@@ -100,7 +100,7 @@ def test_data_wait_with_waiting_producer_is_input_waiting(walk_with):
     producer = walk.path[-1]
     assert producer.probe == "stacks.sample"
     assert producer.note == "loop.steps: no value for producer_cpu_fraction (not measured for this target)"
-    assert fake.calls == ["training.activity", "torch.flags", "loop.steps", "loop.steps", "loop.steps",
+    assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags", "loop.steps", "loop.steps", "loop.steps",
                           "stacks.sample"]
 
 
@@ -148,7 +148,7 @@ def test_producer_cpu_from_the_loop_decides_first(walk_with):
     assert d.node == "input.data-wait" and d.cause.id == "input.cpu_bound"
     assert d.summary.startswith(f"60% of each step is spent waiting for the next batch (in {input_from}), "
                                 "and the code producing batches (the training thread) is on the CPU 90% of the")
-    assert fake.calls == ["training.activity", "torch.flags", "loop.steps", "loop.steps", "loop.steps"]
+    assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags", "loop.steps", "loop.steps", "loop.steps"]
 
 
 def test_producer_values_missing_from_the_loop_come_from_the_node_that_measured_them(walk_with):
@@ -205,12 +205,12 @@ def test_overhead_departure(walk_with):
 
 def test_attach_mode_uses_outside_probes_and_skips_agent_only_nodes(walk_with):
     walk, fake = walk_with(caps=ATTACH)
-    assert statuses(walk) == [("target.trains", PASS), ("env.debug-flags", PASS), ("input.worker-startup", PASS),
+    assert statuses(walk) == [("target.trains", PASS), ("dist.ranks", PASS), ("dist.comm", PASS), ("env.debug-flags", PASS), ("input.worker-startup", PASS),
                               ("input.data-wait", PASS), ("host.blocking-io", PASS), ("host.overhead", SKIP)]
-    assert [r.probe for r in walk.path] == ["training.activity", "torch.flags.outside", "stacks.sample",
+    assert [r.probe for r in walk.path] == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags.outside", "stacks.sample",
                                             "stacks.sample", "stacks.sample", None]
     assert "torch.flags" not in fake.calls and "loop.steps" not in fake.calls and "torch.ops" not in fake.calls
-    flags = walk.path[1]
+    flags = walk.path[3]
     assert flags.measured == {"cuda_launch_blocking": False, "anomaly_trace_samples": 0, "profiler_fraction": 0.0}
     assert flags.note.startswith("torch.flags needs the in-process agent")
     overhead = walk.path[-1]
@@ -232,7 +232,7 @@ def test_attach_mode_starvation_from_stacks(walk_with):
 
 def test_attach_mode_cuda_launch_blocking_departs(walk_with):
     walk, _ = walk_with({"torch.flags.outside": {"cuda_launch_blocking": True}}, caps=ATTACH)
-    assert statuses(walk) == [("target.trains", PASS), ("env.debug-flags", DEPART)]
+    assert statuses(walk) == [("target.trains", PASS), ("dist.ranks", PASS), ("dist.comm", PASS), ("env.debug-flags", DEPART)]
     assert walk.departure.cause.id == "host.debug_mode"
     assert walk.departure.measured["cuda_launch_blocking"] is True
 
@@ -271,7 +271,7 @@ def test_a_walk_that_skips_every_node_is_inconclusive(slow_training):
     walk = Walk(slow_training, lambda: set(), fake)
     walk.current = "env.debug-flags"
     walk.run()
-    assert statuses(walk) == [(n, SKIP) for n in ALL_NODES[1:]]
+    assert statuses(walk) == [(n, SKIP) for n in ALL_NODES[3:]]
     assert fake.calls == []
     assert walk.verdict == INCONCLUSIVE
     assert walk.caveat == "no node could be measured on this target"
@@ -315,20 +315,21 @@ def test_every_check_after_target_trains_cannot_measure_gives_errors_and_inconcl
     base["training.activity"] = healthy_values()["training.activity"]
     walk, _ = walk_with(base=base)
     assert statuses(walk) == [("target.trains", PASS)] + [(n, ERROR) for n in ALL_NODES[1:]]
-    assert walk.path[1].note == f"torch.flags: {reason}; torch.flags.outside: {reason}"
-    assert walk.path[3].note == f"loop.steps: {reason}; stacks.sample: {reason}"
-    assert walk.path[5].note == f"torch.ops: {reason}"
+    assert walk.path[3].note == f"torch.flags: {reason}; torch.flags.outside: {reason}"
+    assert walk.path[5].note == f"loop.steps: {reason}; stacks.sample: {reason}"
+    assert walk.path[7].note == f"torch.ops: {reason}"
     assert all(r.measured == {} and r.probe is None for r in walk.path[1:])
     assert walk.verdict == INCONCLUSIVE
     assert walk.departure is None
-    assert walk.caveat.startswith("could not measure env.debug-flags (torch.flags: the agent")
+    assert walk.caveat.startswith("could not measure dist.ranks (dist.ranks: the agent")
+    assert "env.debug-flags (torch.flags: the agent" in walk.caveat
 
 
 def test_error_keeps_walking_but_a_leaf_past_an_error_is_not_clean(walk_with):
     walk, _ = walk_with({"torch.flags": Measurement.cannot("torch.flags", "torch not imported"),
                          "torch.flags.outside": Measurement.cannot("torch.flags.outside", "no py-spy")})
-    assert statuses(walk)[:2] == [("target.trains", PASS), ("env.debug-flags", ERROR)]
-    assert [s for _, s in statuses(walk)[2:]] == [PASS] * 4
+    assert statuses(walk)[:4] == [("target.trains", PASS), ("dist.ranks", PASS), ("dist.comm", PASS), ("env.debug-flags", ERROR)]
+    assert [s for _, s in statuses(walk)[4:]] == [PASS] * 4
     assert walk.conclusion == "device.compute_bound"
     assert walk.verdict == INCONCLUSIVE  # the debug switches were never ruled out
     assert "env.debug-flags (torch.flags: torch not imported" in walk.caveat
@@ -337,7 +338,7 @@ def test_error_keeps_walking_but_a_leaf_past_an_error_is_not_clean(walk_with):
 def test_first_option_error_second_option_decides(walk_with):
     walk, _ = walk_with({"loop.steps": Measurement.cannot("loop.steps", "only 1 training steps in 6 s"),
                          "stacks.sample": {"data_wait_fraction": 0.04, "startup_wait_fraction": 0.01}})
-    startup = walk.path[2]
+    startup = walk.path[4]
     assert startup.node == "input.worker-startup"
     assert startup.status == PASS and startup.probe == "stacks.sample"
     assert startup.note == "loop.steps: only 1 training steps in 6 s"
@@ -347,7 +348,7 @@ def test_first_option_error_second_option_decides(walk_with):
 def test_missing_value_in_every_option_is_an_error_with_the_reason(walk_with):
     walk, _ = walk_with({"loop.steps": {"data_wait_fraction": None},
                          "stacks.sample": {"data_wait_fraction": None}})
-    data_wait = walk.path[3]
+    data_wait = walk.path[5]
     assert data_wait.node == "input.data-wait"
     assert data_wait.status == ERROR
     assert data_wait.note == ("loop.steps: no value for data_wait_fraction (not measured for this target); "
@@ -371,7 +372,7 @@ def test_departure_whose_cause_node_errors_is_inconclusive(walk_with):
 def test_skip_then_error_is_an_error_with_both_reasons(walk_with):
     walk, _ = walk_with({"torch.flags.outside": Measurement.cannot("torch.flags.outside", "access denied")},
                         caps=ATTACH)
-    flags = walk.path[1]
+    flags = walk.path[3]
     assert flags.node == "env.debug-flags"
     assert flags.status == ERROR
     assert flags.note.startswith("torch.flags needs the in-process agent")
@@ -383,8 +384,8 @@ def test_skip_then_error_is_an_error_with_both_reasons(walk_with):
 def test_debug_flags_on_is_host_debug_mode(walk_with):
     walk, fake = walk_with({"torch.flags": {"anomaly_detection": True, "debug_switches_on": 1,
                                             "debug_switches": "anomaly_detection"}})
-    assert statuses(walk) == [("target.trains", PASS), ("env.debug-flags", DEPART)]
-    assert fake.calls == ["training.activity", "torch.flags"]
+    assert statuses(walk) == [("target.trains", PASS), ("dist.ranks", PASS), ("dist.comm", PASS), ("env.debug-flags", DEPART)]
+    assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags"]
     d = walk.departure
     assert d.node == "env.debug-flags" and d.cause.id == "host.debug_mode"
     assert d.measured == {"anomaly_detection": True, "autograd_profiler": False, "sync_debug_on": False,

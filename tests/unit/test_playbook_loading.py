@@ -25,7 +25,8 @@ CONTRACT_CAUSES = {
     "host.blocking_io", "host.overhead_bound", "host.sync", "timing.unsynchronized", "device.shared",
     "device.throttled", "memory.leak_across_steps", "memory.fragmentation", "memory.activations",
     "memory.optimizer_state", "memory.other_process", "compile.mismatch", "compile.cold_start",
-    "compile.recompiles", "compile.graph_breaks", "compile.slower",
+    "compile.recompiles", "compile.graph_breaks", "compile.slower", "dist.straggler", "dist.comm_bound",
+    "dist.imbalance",
 }
 
 TINY = """\
@@ -107,7 +108,7 @@ def test_slow_training_loads_with_its_nodes(slow_training):
     pb = slow_training
     assert pb.id == "slow-training"
     assert pb.start == "target.trains"
-    assert set(pb.nodes) == {"target.trains", "env.debug-flags", "input.worker-startup", "input.data-wait",
+    assert set(pb.nodes) == {"target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait",
                              "input.producer", "host.blocking-io", "host.overhead"}
     assert "device.compute_bound" in pb.leaves
     assert pb.source is not None and pb.source.name == "slow-training.yaml"
@@ -126,8 +127,8 @@ def test_every_node_has_question_why_and_measure_options(slow_training):
 def test_every_cause_the_playbook_names_has_a_full_page(slow_training):
     named = {e.target for n in slow_training.nodes.values() for e in (n.on_pass, n.on_depart, n.on_error)
              if e is not None and e.kind == "cause"}
-    assert named == {"host.debug_mode", "input.worker_startup", "input.waiting", "input.cpu_bound",
-                     "host.blocking_io", "host.overhead_bound"}
+    assert named == {"dist.straggler", "dist.comm_bound", "host.debug_mode", "input.worker_startup", "input.waiting",
+                     "input.cpu_bound", "host.blocking_io", "host.overhead_bound"}
     assert named <= CONTRACT_CAUSES
     for cause_id in named:
         cause = slow_training.causes[cause_id]
@@ -149,8 +150,8 @@ def test_edges_of_the_real_playbook(slow_training):
     trains = nodes["target.trains"]
     assert [o.probe for o in trains.measure] == ["training.activity"]
     assert trains.measure[0].expect.describe() == "trains == true"
-    assert (trains.on_pass.kind, trains.on_pass.target) == ("node", "env.debug-flags")
-    assert (trains.on_depart.kind, trains.on_depart.target) == ("node", "env.debug-flags")
+    assert (trains.on_pass.kind, trains.on_pass.target) == ("node", "dist.ranks")
+    assert (trains.on_depart.kind, trains.on_depart.target) == ("node", "dist.ranks")
     assert (trains.on_error.kind, trains.on_error.target) == ("stop", "not a training job, so no cause")
     assert [o.probe for o in nodes["input.producer"].measure] == ["loop.steps", "stacks.sample", "process.cpu"]
     assert nodes["env.debug-flags"].on_pass.target == "input.worker-startup"
@@ -551,7 +552,7 @@ def test_low_gpu_util_includes_slow_training_nodes_by_reference():
     from fieldguide.playbook import find_playbook
 
     slow, low = find_playbook("slow-training"), find_playbook("low-gpu-util")
-    for node_id in ("target.trains", "env.debug-flags", "input.data-wait", "input.producer", "host.overhead"):
+    for node_id in ("target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.data-wait", "input.producer", "host.overhead"):
         assert low.nodes[node_id].question == slow.nodes[node_id].question  # one definition
         assert low.nodes[node_id].measure == slow.nodes[node_id].measure
     # Only where they lead changes: after the debug switches, the GPU; after the input, the step's syncs.

@@ -114,10 +114,10 @@ def test_departure_json_has_every_contract_field(departure):
     assert dep["measured"] == {"data_wait_fraction": 0.8, "producer_cpu_fraction": 0.1}
     assert dep["expected"] == "data_wait_fraction < 0.1 ; producer_cpu_fraction < 0.5"
     assert dep["summary"].startswith("80% of each step is spent waiting for the next batch (in DataLoader.__next__)")
-    assert [s["node"] for s in data["path"]] == ["target.trains", "env.debug-flags", "input.worker-startup",
+    assert [s["node"] for s in data["path"]] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup",
                                                  "input.data-wait", "input.producer"]
-    assert [s["status"] for s in data["path"]] == ["pass", "pass", "pass", "depart", "pass"]
-    assert data["path"][3] == {"node": "input.data-wait", "status": "depart", "measured": {"data_wait_fraction": 0.8},
+    assert [s["status"] for s in data["path"]] == ["pass", "pass", "pass", "pass", "pass", "depart", "pass"]
+    assert data["path"][5] == {"node": "input.data-wait", "status": "depart", "measured": {"data_wait_fraction": 0.8},
                                "expected": "data_wait_fraction < 0.1", "probe": "loop.steps", "seconds": 0.25,
                                "note": ""}
     assert data["environment"]["python"] == "3.11.7" and data["environment"]["cuda"] is None
@@ -133,9 +133,9 @@ def test_clean_json(clean):
     assert data["first_departure"] is None
     assert data["conclusion"] == "device.compute_bound"
     assert data["conclusion_text"].startswith("Steps are spent computing")
-    assert [s["node"] for s in data["path"]] == ["target.trains", "env.debug-flags", "input.worker-startup",
+    assert [s["node"] for s in data["path"]] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup",
                                                  "input.data-wait", "host.blocking-io", "host.overhead"]
-    assert [s["status"] for s in data["path"]] == ["pass"] * 6
+    assert [s["status"] for s in data["path"]] == ["pass"] * 8
 
 
 def test_inconclusive_findings_carry_the_reason(walk_with, env):
@@ -159,7 +159,7 @@ def test_inconclusive_findings_past_target_trains_carry_every_reason(walk_with, 
     check_contract(data)
     assert data["verdict"] == "inconclusive"
     assert data["conclusion"] is None and data["first_departure"] is None
-    assert data["note"].startswith("could not measure env.debug-flags")
+    assert data["note"].startswith("could not measure dist.ranks")
     assert data["path"][0]["node"] == "target.trains" and data["path"][0]["status"] == "pass"
     assert all(s["status"] == "error" and s["note"] for s in data["path"][1:])
 
