@@ -103,3 +103,9 @@ def own_reading(rank: RankStats) -> str:
                 f"or working after the update ({how})")
     return (f"its compute: {1.0 - (rank.collective_wait or 0.0):.0%} of its step is its own work "
             "(forward, backward, the update, anything between steps)")
+
+
+def table_values(row: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
+    """A report's rank row as the rank table shows it: pid, step ms, data wait, collective wait,
+    verdict (the views read rows through this, not by the report's field names)."""
+    return row.get("pid"), row.get("step_ms"), row.get("data_wait"), row.get("collective_wait"), row.get("verdict")

@@ -88,7 +88,7 @@ async def test_demo_walks_itself_to_the_departure_exports_and_remeasures(tmp_pat
 
         # the walk goes on by itself and stops at the first departure
         await wait_for(pilot, lambda: isinstance(app.screen, DepartureScreen), WALK_TIMEOUT, "the departure")
-        assert tree.states == {"target.trains": "pass", "env.debug-flags": "pass", "input.worker-startup": "pass",
+        assert tree.states == {"target.trains": "pass", "dist.ranks": "pass", "dist.comm": "pass", "env.debug-flags": "pass", "input.worker-startup": "pass",
                                "input.data-wait": "depart", "input.producer": "pass", "host.blocking-io": "waiting",
                                "host.overhead": "waiting"}
         assert tree.reached == {"input.waiting"}
@@ -104,7 +104,7 @@ async def test_demo_walks_itself_to_the_departure_exports_and_remeasures(tmp_pat
         await wait_for(pilot, report.exists, 20, "the report")
         data = json.loads(report.read_text())
         assert data["verdict"] == "departure" and data["first_departure"]["cause"] == "input.waiting"
-        assert [p["node"] for p in data["path"]] == ["target.trains", "env.debug-flags", "input.worker-startup",
+        assert [p["node"] for p in data["path"]] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup",
                                                       "input.data-wait", "input.producer"]
         await wait_for(pilot, lambda: notified(app, str(report)), 10, "a notification naming the file")
         before = report.stat().st_mtime_ns
@@ -159,7 +159,11 @@ async def test_manual_steps_jumps_reruns_then_quit_mid_probe_ends_the_job(apps) 
         await pilot.press("n")  # one manual step: is it training at all?
         await wait_for(pilot, lambda: tree.states["target.trains"] == "pass" and walk_screen.state.op is None, 30,
                        "target.trains measured")
-        assert walk_screen.session.walk.current == "env.debug-flags"
+        assert walk_screen.session.walk.current == "dist.ranks"
+        for node in ("dist.ranks", "dist.comm"):  # one process: the rank nodes pass at once
+            await pilot.press("n")
+            await wait_for(pilot, lambda node=node: tree.states[node] == "pass" and walk_screen.state.op is None, 30,
+                           f"{node} measured")
         await pilot.press("n")  # and the next
         await wait_for(pilot, lambda: tree.states["env.debug-flags"] == "pass" and walk_screen.state.op is None, 30,
                        "env.debug-flags measured")
@@ -175,7 +179,7 @@ async def test_manual_steps_jumps_reruns_then_quit_mid_probe_ends_the_job(apps) 
         await wait_for(pilot, lambda: walk_screen.state.measuring == "input.producer", 20, "the jump to start")
         await wait_for(pilot, lambda: tree.states["input.producer"] in ("pass", "depart") and walk_screen.state.op is None,
                        60, "input.producer measured")
-        assert [r.node for r in walk_screen.session.walk.path] == ["target.trains", "env.debug-flags"]
+        assert [r.node for r in walk_screen.session.walk.path] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags"]
         assert "producer_cpu_fraction" in screen_text(pilot)
 
         for _ in range(12):
@@ -191,7 +195,7 @@ async def test_manual_steps_jumps_reruns_then_quit_mid_probe_ends_the_job(apps) 
         # input.worker-startup, input.data-wait and input.producer reuse the loop.steps window the jump
         # measured: the walk reaches the demo's departure without measuring again.
         await wait_for(pilot, lambda: isinstance(app.screen, DepartureScreen), 30, "the walk to go on")
-        assert [r.node for r in walk_screen.session.walk.path] == ["target.trains", "env.debug-flags",
+        assert [r.node for r in walk_screen.session.walk.path] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags",
                                                                  "input.worker-startup", "input.data-wait",
                                                                  "input.producer"]
         first_pid = app.launched_pids()[0]

@@ -41,7 +41,7 @@ def flatten(items, depth=0):
 def test_outline_is_a_checklist_with_departures_nested() -> None:
     lines = list(flatten(playbook_outline(find_playbook("slow-training"))))
     top = [(kind, i) for depth, kind, i in lines if depth == 0]
-    assert top == [("node", "target.trains"), ("node", "env.debug-flags"), ("node", "input.worker-startup"),
+    assert top == [("node", "target.trains"), ("node", "dist.ranks"), ("node", "dist.comm"), ("node", "env.debug-flags"), ("node", "input.worker-startup"),
                    ("node", "input.data-wait"), ("node", "host.blocking-io"), ("node", "host.overhead"),
                    ("leaf", "device.compute_bound")]
     assert (1, "cause", "host.debug_mode") in lines

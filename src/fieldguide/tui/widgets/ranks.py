@@ -16,6 +16,8 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable
 
+from fieldguide.ranks import table_values
+
 if TYPE_CHECKING:
     from fieldguide.engine import NodeResult
 
@@ -108,8 +110,8 @@ class RankTable(DataTable[Text]):
             slowest = i == self.slowest
             style = f"bold {self.app.current_theme.warning or 'yellow'}" if slowest else ""
             rank = f"{row.get('rank', '?')}{' ' + STRAGGLER_GLYPH if slowest else ''}"
-            cells = (rank, str(row.get("pid") or "—"), _ms(row.get("step_ms")), _pct(row.get("data_wait")),
-                     _pct(row.get("collective_wait")), _fit(str(row.get("verdict") or ""), verdict_width))
+            pid, step, data, waited, verdict = table_values(row)
+            cells = (rank, str(pid or "—"), _ms(step), _pct(data), _pct(waited), _fit(str(verdict or ""), verdict_width))
             self.add_row(*(Text(cell, style=style) for cell in cells), key=str(i))
         self.move_cursor(row=min(max(keep, 0), len(rows) - 1))
         self.display = True
