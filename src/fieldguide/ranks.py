@@ -23,6 +23,8 @@ class RankStats:
     data_wait: float | None  # fraction of the step: waiting for or producing input
     collective_wait: float | None  # fraction of the step inside collectives (waiting for the others)
     producer_cpu: float | None = None  # of the input time, on the CPU (producing, not waiting)
+    batch_elements: float | None = None  # median elements of the first forward's first tensor per step
+    steps_per_s: float | None = None
     verdict: str = ""  # this rank's own reading, filled by compare()
 
     @property
@@ -87,10 +89,24 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
         "slowest_data_wait": None if slowest.data_wait is None else round(slowest.data_wait, 4),
         "slowest_producer_cpu": None if slowest.producer_cpu is None else round(slowest.producer_cpu, 4),
     })
+    values.update(work_values(measured, slowest))
     values["slowest_reading"] = own_reading(slowest)
     for r in measured:
         r.verdict = ("slowest own work: " + values["slowest_reading"]) if r is slowest else (
             f"waits {r.collective_wait or 0.0:.0%} of its step in collectives")
+    return values
+
+
+def work_values(measured: list[RankStats], slowest: RankStats) -> dict[str, Any]:
+    """Whether the ranks got the same work: elements per step (batch x sequence) and steps per second."""
+    values: dict[str, Any] = {}
+    work = [r.batch_elements for r in measured]
+    if all(w for w in work):
+        values["work_ratio"] = round(max(work) / min(work), 3)  # type: ignore[type-var,operator]
+        values["slowest_has_most_work"] = slowest.batch_elements == max(work)  # type: ignore[type-var]
+    rates = [r.steps_per_s for r in measured]
+    if all(rates):
+        values["step_rate_ratio"] = round(max(rates) / min(rates), 3)  # type: ignore[type-var,operator]
     return values
 
 

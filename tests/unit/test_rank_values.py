@@ -32,6 +32,16 @@ def test_communication_bound_ranks_wait_alike_and_none_is_slower():
     assert values["comm_fraction_max"] == pytest.approx(0.73)
 
 
+def test_uneven_work_is_the_slowest_rank_getting_the_most_elements_per_step():
+    ranks = [rank(0, 20.0, 0.05), rank(1, 20.0, 0.5)]
+    ranks[0].batch_elements, ranks[1].batch_elements = 2 * 64 * 128, 64 * 128
+    ranks[0].steps_per_s = ranks[1].steps_per_s = 50.0
+    values = compare(ranks)
+    assert values["slowest_rank"] == 0 and values["work_ratio"] == 2.0 and values["slowest_has_most_work"] is True
+    assert values["step_rate_ratio"] == 1.0
+    assert "work_ratio" not in compare([rank(0, 20.0, 0.05), rank(1, 20.0, 0.5)])  # unknown: not made up
+
+
 def test_from_outside_shares_stand_for_step_times():
     values = compare([rank(0, None, 0.17), rank(1, None, 0.67)])
     assert values["slowest_rank"] == 0 and "slowest_own_ms" not in values
@@ -51,13 +61,17 @@ def test_collective_rows_give_the_share_of_the_window_waited():
 
 
 def dist_measurement(**values):
-    base = {"world_size": 2, "ranks_seen": 2, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
+    base = {"world_size": 2, "ranks_seen": 2, "ranks_measured": 2, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
             "comm_fraction_min": 0.0, "comm_fraction_max": 0.0}
     return Measurement(probe="dist.ranks", values={**base, **values})
 
 
 @pytest.mark.parametrize(("values", "cause"), [
     ({"own_work_ratio": 4.5, "others_wait_fraction": 0.85, "slowest_rank": 0}, "dist.straggler"),
+    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "work_ratio": 1.0, "slowest_has_most_work": True},
+     "dist.straggler"),
+    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "work_ratio": 2.0, "slowest_has_most_work": True},
+     "dist.imbalance"),
     ({"own_work_ratio": 1.1, "others_wait_fraction": 0.7, "comm_fraction_min": 0.68}, "dist.comm_bound"),
 ])
 def test_the_walk_checks_ranks_first(values, cause):

@@ -11,6 +11,7 @@ a rank of a multi-rank job is one rank: nothing to compare, said as world_size 1
 from __future__ import annotations
 
 import socket
+import statistics
 import threading
 import time
 from typing import Any
@@ -35,7 +36,7 @@ class RankComparison(Probe):
               "others_own_ms": "ms", "own_work_ratio": "x", "slowest_wait_fraction": "fraction",
               "others_wait_fraction": "fraction", "comm_fraction_min": "fraction", "comm_fraction_max": "fraction",
               "slowest_data_wait": "fraction", "slowest_producer_cpu": "fraction", "slowest_reading": "",
-              "step_ms_median": "ms"}
+              "step_ms_median": "ms", "work_ratio": "x", "slowest_has_most_work": "", "step_rate_ratio": "x"}
 
     def run(self, ctx: ProbeContext, seconds: float = 4.0) -> Measurement:
         agent = getattr(ctx.target, "agent", None)
@@ -73,9 +74,13 @@ class RankComparison(Probe):
             steps = list(conn.steps)
             loop, _ = loop_values(steps, conn.iters, started, end, conn.steps_total - len(steps))
             waited, _ = collective_fraction(list(conn.stream("collectives", "steps").items), started, end)
+            window = [r for r in steps if started <= r[0] <= end]
+            elements = [r[11] for r in window if len(r) > 11 and r[11]]
             stats.append(RankStats(rank=conn.rank, pid=conn.pid, host=host, steps=loop.get("steps") or 0,
                                    step_ms=loop.get("step_ms_median"), data_wait=loop.get("data_wait_fraction"),
-                                   collective_wait=waited, producer_cpu=loop.get("producer_cpu_fraction")))
+                                   collective_wait=waited, producer_cpu=loop.get("producer_cpu_fraction"),
+                                   batch_elements=statistics.median(elements) if elements else None,
+                                   steps_per_s=len(window) / (end - started) if window else None))
         return self._judged(stats, world, time.monotonic() - started,
                             f"agent in each rank, {seconds:.0f} s window: steps from the loop hooks, collectives "
                             "timed around torch.distributed calls and, with CPU tensors, the off-CPU part of "
@@ -135,6 +140,9 @@ class RankComparison(Probe):
         missing = {}
         if values.get("ranks_measured", 0) < 2:
             missing["own_work_ratio"] = f"fewer than 2 of {world} ranks measured ({len(stats)} found)"
+        if "work_ratio" not in values:
+            missing["work_ratio"] = ("each rank's batch is read by the agent from its forward's inputs (launch mode)"
+                                     if all(s.step_ms is None for s in stats) else "a rank's forward took no tensor")
         rows = [s.row() for s in sorted(stats, key=lambda s: s.rank)]
         return self.measurement(values=values, missing=missing, seconds=seconds, provenance=provenance,
                                 evidence={"ranks": rows, "table": [

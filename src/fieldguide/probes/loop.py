@@ -21,8 +21,8 @@ _LIBRARY = re.compile(r"(?:^|/)(?:torch|site-packages|dist-packages)/|/lib/pytho
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
 # The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.
 INPUT_SAMPLE_HZ = 50  # the agent's input-phase stack sampling; each sample costs the job ~30 us
-T_END, WALL, LOADER_WAIT, BOUNDARY, INPUT, INPUT_CPU, LOADER_CPU, BACKWARDS, CLOSURES, FORWARDS, SAVE = range(11)
-ROW_WIDTH = 11
+T_END, WALL, LOADER_WAIT, BOUNDARY, INPUT, INPUT_CPU, LOADER_CPU, BACKWARDS, CLOSURES, FORWARDS, SAVE, BATCH = range(12)
+ROW_WIDTH = 12
 
 
 def _padded(row: list[Any]) -> list[Any]:

@@ -36,7 +36,7 @@ from ..capability import Capability
 
 BY_OPTIMIZER, BY_BACKWARD = "o", "k"
 STEP_COLUMNS = ("t_end", "wall_s", "loader_wait_s", "boundary", "input_s", "input_cpu_s", "loader_cpu_s",
-                "backwards", "closures", "forwards", "save_s")
+                "backwards", "closures", "forwards", "save_s", "batch_elements")
 # Not judgements: how long the outermost modules are looked for, and how many forwards with
 # no backward at all make a process one that serves rather than trains.
 DISCOVERY_PHASES = 4
@@ -63,6 +63,20 @@ MAX_SAMPLE_SECONDS = 60.0
 MAX_SAMPLE_RATE = 100.0
 
 
+def first_tensor_elements(args: Any) -> int | None:
+    """Elements of the first tensor among a forward's arguments (one level into lists, tuples and
+    dicts): the batch times its sequence length, so ranks handed uneven work can be told apart."""
+    for value in args if isinstance(args, (list, tuple)) else (args,):
+        if isinstance(value, dict):
+            value = next(iter(value.values()), None)
+        elif isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        numel = getattr(value, "numel", None)
+        if numel is not None and hasattr(value, "shape"):
+            return int(numel())
+    return None
+
+
 def round_row(row: list[Any]) -> list[Any]:
     """Microseconds are plenty; rounded on the agent's thread, not the training thread's."""
     return [round(v, 6) if isinstance(v, float) else v for v in row]
@@ -84,6 +98,7 @@ class LoopTiming(Capability):
         # Per step, reset at each boundary.
         self.loader_wait = self.loader_cpu = self.input_s = self.input_cpu = self.save_s = 0.0
         self.backwards = self.closures = self.forwards = 0
+        self.batch_elements: int | None = None  # the first forward's first tensor: how much work a step got
         # The input phase.
         self.phase_t: float | None = None  # wall time the phase began, None outside one
         self.phase_cpu = 0.0
@@ -117,8 +132,9 @@ class LoopTiming(Capability):
         if self.last_boundary is not None:
             self.steps.append([now, now - self.last_boundary, self.loader_wait, kind,
                                self.input_s if self.forwards else None, self.input_cpu, self.loader_cpu,
-                               self.backwards, self.closures, self.forwards, self.save_s])
+                               self.backwards, self.closures, self.forwards, self.save_s, self.batch_elements])
         self.last_boundary = now
+        self.batch_elements = None
         self.train_thread = threading.get_ident()
         self.loader_wait = self.loader_cpu = self.input_s = self.input_cpu = self.save_s = 0.0
         self.backwards = self.closures = self.forwards = 0
@@ -147,6 +163,8 @@ class LoopTiming(Capability):
             self.input_cpu += time.thread_time() - self.phase_cpu
             self.phase_t = None
             self.forwards += 1
+            if self.batch_elements is None:
+                self.batch_elements = first_tensor_elements(args)
             if self.discovering:
                 self.outer_modules.setdefault(id(module), module)
                 self.phases_seen += 1
