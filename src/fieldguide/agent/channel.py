@@ -121,6 +121,7 @@ class AgentServer:
         self._replies: dict[int, dict[str, Any]] = {}
         self._ids = itertools.count(1)
         self._closing = False
+        self.preferred_pid: int | None = None
         self._threads: list[threading.Thread] = []
         self._start(self._accept, "fieldguide-agent-accept")
 
@@ -185,12 +186,21 @@ class AgentServer:
 
     # -- what probes use ----------------------------------------------------------
     def primary(self) -> AgentConnection | None:
-        """The connection that reports steps (most of them), else the first to say hello."""
+        """The connection the walk measures: a rank chosen by `prefer` (the slowest of a multi-rank
+        job) while it is connected, else the one that reports steps (most of them), else the first
+        to say hello."""
         with self._lock:
             live = [c for c in self._connections if c.hello]
             if not live:
                 return None
+            chosen = [c for c in live if self.preferred_pid is not None and c.pid == self.preferred_pid and not c.closed]
+            if chosen:
+                return chosen[0]
             return max(live, key=lambda c: (c.steps_total, -c.connected_at))
+
+    def prefer(self, pid: int | None) -> None:
+        """Measure this process from now on (a rank of the job), or None for the default."""
+        self.preferred_pid = pid
 
     def ranks(self) -> list[AgentConnection]:
         """The connections of a multi-rank job's ranks, by rank (one per rank: the latest to connect)."""

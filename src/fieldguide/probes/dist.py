@@ -81,10 +81,15 @@ class RankComparison(Probe):
                                    collective_wait=waited, producer_cpu=loop.get("producer_cpu_fraction"),
                                    batch_elements=statistics.median(elements) if elements else None,
                                    steps_per_s=len(window) / (end - started) if window else None))
-        return self._judged(stats, world, time.monotonic() - started,
-                            f"agent in each rank, {seconds:.0f} s window: steps from the loop hooks, collectives "
-                            "timed around torch.distributed calls and, with CPU tensors, the off-CPU part of "
-                            "backward() (DDP's gradient all-reduce)")
+        measured = self._judged(stats, world, time.monotonic() - started,
+                                f"agent in each rank, {seconds:.0f} s window: steps from the loop hooks, collectives "
+                                "timed around torch.distributed calls and, with CPU tensors, the off-CPU part of "
+                                "backward() (DDP's gradient all-reduce)")
+        slowest = next((s for s in stats if s.rank == measured.values.get("slowest_rank")), None)
+        if slowest is not None and slowest.pid is not None:
+            agent.prefer(slowest.pid)  # the rest of the walk measures the rank that sets the pace
+            measured.provenance += f"; the nodes after this one measure rank {slowest.rank} (pid {slowest.pid})"
+        return measured
 
     def _from_stacks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> Measurement:
         from fieldguide.probes.stacks import StackSample
