@@ -55,6 +55,19 @@ def two_nodes(tmp_path: Path) -> list[Path]:
     return [write(tmp_path, "report-node-a.json", a), write(tmp_path, "report-node-b.json", b)]
 
 
+def test_the_straggler_is_the_rank_the_departed_nodes_evidence_names(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # As a walk writes it: measured has only what the expectation read; the rank is in the evidence.
+    a = report(cause="dist.straggler", measured={"own_work_ratio": 4.8, "others_wait_fraction": 0.82},
+               ranks=[rank(0, "a", 143.0, 0.82), rank(1, "a", 143.0, 0.13, data_wait=0.69)])
+    a["evidence"] = {"dist.ranks": {"values": {"slowest_rank": 1, "own_work_ratio": 4.8}}}
+    b = report(cause="dist.straggler", measured={}, ranks=[rank(2, "b", 143.0, 0.8),
+                                                          rank(3, "b", 143.0, 0.8, verdict="slowest own work: x")])
+    out = merged_json([write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)], capsys)
+    assert [r["cause"] for r in out["ranks"]] == ["", "dist.straggler", "", "dist.straggler"]
+    assert (out["straggler"]["host"], out["straggler"]["rank"]) == ("a", 1)
+
+
 def merged_json(paths: list[Path], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     assert main(["report", "merge", *map(str, paths), "--format", "json"]) == 0
     out: dict[str, Any] = json.loads(capsys.readouterr().out)

@@ -99,9 +99,21 @@ def _host(f: Findings, path: str) -> str:
     return hosts.pop() if len(hosts) == 1 else Path(path).stem
 
 
+def _named_rank(f: Findings) -> float | None:
+    """The rank a dist.straggler departure names: in its measured values, else in the departed
+    node's evidence (dist.ranks' values), else the rank whose verdict says it is the slowest."""
+    dep = f.first_departure or {}
+    evidence = f.evidence.get(str(dep.get("node")), {}) if isinstance(f.evidence, dict) else {}
+    for values in (dep.get("measured"), evidence.get("values") if isinstance(evidence, dict) else None):
+        if isinstance(values, dict) and _number(values.get("slowest_rank")) is not None:
+            return _number(values["slowest_rank"])
+    slowest = [r for r in f.ranks if str(r.get("verdict", "")).startswith("slowest own work")]
+    return _number(slowest[0].get("rank")) if len(slowest) == 1 else None
+
+
 def _rank_rows(path: str, f: Findings, host: str) -> list[dict[str, Any]]:
     cause = (f.first_departure or {}).get("cause")
-    named = _number((f.first_departure or {}).get("measured", {}).get("slowest_rank")) if cause == STRAGGLER else None
+    named = _named_rank(f) if cause == STRAGGLER else None
     if not f.ranks:  # one process: the report itself is its one rank
         rank = (f.environment.get("variables") or {}).get("RANK") if isinstance(f.environment, dict) else None
         return [{"report": path, "host": host, "rank": int(str(rank)) if str(rank).isdigit() else None,
