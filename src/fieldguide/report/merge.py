@@ -223,10 +223,12 @@ def _lines(merged: dict[str, Any]) -> tuple[str, list[str]]:
     said = [f"{c['cause']}: {c['title']} ({_where(c)})" for c in merged["causes"]]
     s = merged["straggler"]
     if s:
-        how = (f"its own work is {s['own_work_ratio']:.2f}x the other ranks', which wait "
-               f"{s['others_wait_fraction']:.0%} or more of their step" if s["own_work_ratio"] else
-               "named by " + ", ".join(s["named_by"]))
-        said.append(f"Straggler: rank {s['rank']} on {s['host']}: {how}")
+        how = ["named by " + ", ".join(s["named_by"])] if s["named_by"] else []
+        if s["own_work_ratio"]:
+            waits = s["others_wait_fraction"] or 0.0
+            how.append(f"its own work is {s['own_work_ratio']:.2f}x the other ranks' median"
+                       + (f", and they wait {waits:.0%} or more of their step" if waits >= OTHERS_WAIT else ""))
+        said.append(f"Straggler: rank {s['rank']} on {s['host']}: {'; '.join(how)}")
     return head, said
 
 
