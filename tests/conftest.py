@@ -38,7 +38,8 @@ def workload_process():
     def start(name: str, warmup: float = 6.0) -> subprocess.Popen[bytes]:
         from fieldguide import workloads
 
-        proc = subprocess.Popen([sys.executable, str(workloads.path(name))],
+        # Under its declared launcher (torchrun for a multi-rank workload): the test attaches to the launcher.
+        proc = subprocess.Popen(workloads.command(name, sys.executable),
                                 env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="90"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         started.append(proc)

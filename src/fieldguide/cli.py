@@ -309,6 +309,9 @@ def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report
     if budget is not None and not (math.isfinite(budget) and budget > 0):
         raise FieldguideError("--budget must be a positive number of seconds")
     if report is not None:
+        from fieldguide.report.merge import expand_report_path
+
+        report = expand_report_path(report)  # %h: this node's host name (one report per node)
         check_writable(report)
     import signal
 

@@ -202,6 +202,16 @@ def test_report_path_that_cannot_be_written_fails_before_measuring(tmp_path: Pat
     assert_one_line_error(proc, 2, "no such directory")
 
 
+def test_percent_h_in_the_report_path_is_this_hosts_name(tmp_path: Path) -> None:
+    import socket
+
+    # The path is expanded before it is checked: the error names the host's own file.
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--report", str(tmp_path / "no" / "r-%h.json"),
+                          "--", sys.executable, "-c", "pass")
+    assert_one_line_error(proc, 2, "no such directory")
+    assert f"r-{socket.gethostname()}.json" in proc.stderr and "%h" not in proc.stderr
+
+
 def test_budget_must_be_finite() -> None:
     proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--budget", "inf", "--", sys.executable, "-c", "pass")
     assert_one_line_error(proc, 2, "--budget")

@@ -79,7 +79,7 @@ def assert_found(data: dict, want: workloads.Declaration) -> None:
 def test_launch(tmp_path: Path, want: workloads.Declaration) -> None:
     import sys
 
-    data = diagnose(tmp_path, want.playbook, "--", sys.executable, str(workloads.path(want.name)))
+    data = diagnose(tmp_path, want.playbook, "--", *workloads.command(want.name, sys.executable))
     assert_found(data, want)
     assert data["target"]["kind"] == "launch"
     assert data["environment"]["torch"], "the agent reports torch's version"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -217,6 +218,7 @@ def environment_from(measurement_values: dict[str, Any], gpus: list[dict[str, An
     """The report's environment; `variables` is the target's environment (ours if None)."""
     source = os.environ if variables is None else variables
     return {
+        "host": socket.gethostname(),  # which node: `report merge` tells the nodes of a job apart by it
         "python": measurement_values.get("python"),
         "torch": measurement_values.get("torch"),
         "cuda": measurement_values.get("cuda"),
