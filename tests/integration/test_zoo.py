@@ -61,8 +61,17 @@ def diagnose(tmp_path: Path, playbook: str, *target: str) -> dict:
     return data
 
 
+# The rank a multi-rank straggler workload makes slow: the walk must name it.
+STRAGGLER_RANK = {"ddp_straggler_input": 1}
+
+
 def assert_found(data: dict, want: workloads.Declaration) -> None:
     path = json.dumps(data["path"], indent=1)
+    if want.name in STRAGGLER_RANK:
+        slow = STRAGGLER_RANK[want.name]
+        assert len(data["ranks"]) == 2, data.get("ranks")
+        assert [r["rank"] for r in data["ranks"] if r["verdict"].startswith("slowest")] == [slow], data["ranks"]
+        assert data["first_departure"]["summary"].startswith(f"Rank {slow} is the straggler"), data["first_departure"]
     assert data["playbook"] == want.playbook
     assert data["verdict"] == want.verdict, path
     if want.verdict == "clean":
