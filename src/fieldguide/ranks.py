@@ -45,6 +45,8 @@ class RankStats:
             row[key] = None if row[key] is None else round(row[key], 3)
         for key in ("data_wait", "collective_wait", "producer_cpu"):
             row[key] = None if row[key] is None else round(row[key], 4)
+        row["steps_per_s"] = None if self.steps_per_s is None else round(self.steps_per_s, 2)
+        row["batch_elements"] = None if self.batch_elements is None else round(self.batch_elements)
         return row
 
 

@@ -55,8 +55,9 @@ class AgentConnection:
 
     @property
     def rank(self) -> int | None:
-        """This process's RANK in a multi-rank job (torchrun, srun), None outside one."""
-        identity = self.hello.get("rank") or {}
+        """This process's RANK in a multi-rank job (torchrun, srun, or a job that started its own
+        ranks and called init_process_group), None outside one."""
+        identity = self._identity()
         try:
             return int(identity["RANK"]) if int(identity.get("WORLD_SIZE", "1")) > 1 else None
         except (KeyError, TypeError, ValueError):
@@ -65,9 +66,15 @@ class AgentConnection:
     @property
     def world_size(self) -> int:
         try:
-            return max(int((self.hello.get("rank") or {}).get("WORLD_SIZE", "1")), 1)
+            return max(int(self._identity().get("WORLD_SIZE", "1")), 1)
         except (TypeError, ValueError):
             return 1
+
+    def _identity(self) -> dict[str, Any]:
+        told = self.streams.get(("collectives", "identity"))
+        if told is not None and told.items:
+            return dict(told.items[-1])
+        return dict(self.hello.get("rank") or {})
 
     @property
     def capabilities(self) -> dict[str, dict[str, list[str]]]:

@@ -8,7 +8,10 @@ Two signals, both on the training thread:
   off the CPU (wall minus the thread's CPU time) is the wait for the other ranks' gradients.
   With CUDA the host does not wait there (DDP only orders streams), so that signal is not
   counted once CUDA is initialised.
-Streams one row per step: [t_end, collective_s, backward_wait_s, backward_s, calls].
+Streams one row per step: [t_end, collective_s, backward_wait_s, backward_s, calls]. A rank is
+known from torchrun's / srun's environment at start, or, for jobs that start their ranks
+themselves (torch.multiprocessing.spawn), when init_process_group returns: then `identity`
+streams its RANK and WORLD_SIZE and the timing starts.
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ def rank_identity() -> dict[str, str]:
 
 class Collectives(Capability):
     name = "collectives"
-    streams = ("steps",)
+    streams = ("steps", "identity")
 
     def start(self) -> None:
         self.rows = self.agent.stream(self.name, "steps")
+        self.identity = self.agent.stream(self.name, "identity")
         identity = rank_identity()
         self.active = int(identity.get("WORLD_SIZE", "1") or 1) > 1
         self.collective_s = self.backward_wait_s = self.backward_s = 0.0
@@ -49,9 +53,34 @@ class Collectives(Capability):
         self.torch: ModuleType | None = None
 
     def hook_torch(self, torch: ModuleType) -> None:
-        if not self.active:
-            return
         self.torch = torch
+        distributed = getattr(torch, "distributed", None)
+        if self.active:
+            self.activate(torch)
+        elif distributed is not None and distributed.is_available():
+            self.wrap_init(distributed)
+
+    def wrap_init(self, distributed: ModuleType) -> None:
+        """A job that starts its own ranks: it is one once its process group has more than one."""
+        original = distributed.init_process_group
+        capability = self
+
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            try:
+                world = distributed.get_world_size()
+                if world > 1 and not capability.active and capability.torch is not None:
+                    capability.identity.append({"RANK": str(distributed.get_rank()), "WORLD_SIZE": str(world)})
+                    capability.active = True
+                    capability.activate(capability.torch)
+            except Exception:
+                pass
+            return result
+
+        init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
+        setattr(distributed, "init_process_group", init_process_group)
+
+    def activate(self, torch: ModuleType) -> None:
         self.wrap_backward(torch)
         distributed = getattr(torch, "distributed", None)
         if distributed is not None and distributed.is_available():
