@@ -144,6 +144,12 @@ def from_connection(started: float, conn: Any, now: float) -> dict[str, Any] | N
     if conn is None:
         return None
     marks = list(conn.stream("coldstart", "marks").items)
+    # The loop counts a backward() as a step until the first optimizer step shows it the real
+    # signal: the first step ends at the first boundary of the kind that defines steps.
+    kinds = [s for s in conn.stream("loop", "signals").items if "boundary" in s and "t" in s]
+    if kinds:
+        marks = [{**m, "t": max(float(m["t"]), float(kinds[-1]["t"]))} if m.get("mark") == "first_step" else m
+                 for m in marks]
     compiles = list(conn.stream("compiled", "compiles").items)
     end = conn.closed_at if conn.closed and conn.closed_at else now
     return take_apart(started, marks, compiles, end)

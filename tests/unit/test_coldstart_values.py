@@ -119,3 +119,19 @@ def test_a_quick_start_is_clean_and_a_spread_one_says_no_part_dominates():
     walk.run()
     assert walk.departure is None and walk.conclusion is None and walk.verdict == "inconclusive"
     assert "no single part of the start dominates" in walk.caveat
+
+
+def test_the_first_step_ends_at_the_first_boundary_of_the_kind_that_defines_steps():
+    from types import SimpleNamespace
+
+    from fieldguide.coldstart import from_connection
+
+    streams = {("coldstart", "marks"): job(), ("compiled", "compiles"): [],
+               # backward() counted first, then the optimizer's step (at 104.5) defined steps
+               ("loop", "signals"): [{"boundary": "k", "t": 104.2}, {"boundary": "o", "t": 104.5}]}
+    conn = SimpleNamespace(stream=lambda cap, name: SimpleNamespace(items=streams.get((cap, name), [])),
+                           closed=False, closed_at=None)
+    cold = from_connection(100.0, conn, now=200.0)
+    assert cold is not None
+    first = next(p for p in cold["phases"] if p["phase"] == "first_step")
+    assert first["start_s"] + first["seconds"] == pytest.approx(4.5)
