@@ -13,8 +13,9 @@ from rich.console import Console
 
 from fieldguide.coldstart import SHARE_TITLES, take_apart
 from fieldguide.report import Findings, to_markdown
-from fieldguide.report.charts import COLOURS, FILLS, cell_widths, cold_start_of, timeline_segments
+from fieldguide.report.charts import COLOURS
 from fieldguide.report.summary import Timeline
+from fieldguide.report.timeline import FILLS, cell_widths, cold_start_of, timeline_segments
 
 
 def marks() -> list[dict[str, Any]]:

@@ -11,10 +11,11 @@ from typing import Any
 from fieldguide import __version__
 from fieldguide.coldstart import SHARE_TITLES
 from fieldguide.measurement import format_value
-from fieldguide.report.charts import charts_for, cold_start_of, timed_phases, timeline_title
+from fieldguide.report.charts import charts_for
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import inline_html, page_html, page_markdown
 from fieldguide.report.summary import EXPERIMENT_COLUMNS
+from fieldguide.report.timeline import cold_start_of, timed_phases, timeline_title
 from fieldguide.report.vocabulary import ACTION_TEXT, status_mark, verdict_text
 
 FORMATS = ("json", "md", "html")

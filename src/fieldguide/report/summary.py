@@ -13,9 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldguide.measurement import format_value
-from fieldguide.report.charts import cold_start_of, timeline_segments, timeline_title
 from fieldguide.report.findings import Findings, experiment_rows
 from fieldguide.report.fixsteps import steps_markdown
+from fieldguide.report.timeline import cold_start_of, timeline_segments, timeline_title
 from fieldguide.report.vocabulary import (
     ACTION_TEXT,
     STYLE,

@@ -19,9 +19,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Markdown, Static
 
 from fieldguide.measurement import format_value
-from fieldguide.report.charts import cold_start_of, series_groups
+from fieldguide.report.charts import series_groups
 from fieldguide.report.fixsteps import page_markdown
 from fieldguide.report.summary import FOUND_ROWS, Timeline, found_table
+from fieldguide.report.timeline import cold_start_of
 from fieldguide.report.vocabulary import (
     DEPART,
     ERROR,

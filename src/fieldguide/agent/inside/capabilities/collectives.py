@@ -78,7 +78,7 @@ class Collectives(Capability):
             return result
 
         init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
-        setattr(distributed, "init_process_group", init_process_group)
+        setattr(distributed, "init_process_group", init_process_group)  # noqa: B010 (mypy: no such attribute in its stubs)
 
     def activate(self, torch: ModuleType) -> None:
         self.wrap_backward(torch)
