@@ -153,9 +153,10 @@ def test_prefetch_must_name_a_probe_the_playbook_measures(tmp_path: Any) -> None
     root = Path(__file__).resolve().parents[2] / "playbooks"
     shutil.copy(root / "causes.yaml", tmp_path / "causes.yaml")
     text = (root / "slow-training.yaml").read_text()
-    assert "prefetch: [stacks.sample]" in text
+    assert "prefetch: [stacks.sample, dist.ranks]" in text
     assert load_playbook(root / "slow-training.yaml").prefetch[0].probe == "stacks.sample"
-    (tmp_path / "bad.yaml").write_text(text.replace("prefetch: [stacks.sample]", "prefetch: [gpu.devices]"))
+    (tmp_path / "bad.yaml").write_text(text.replace("prefetch: [stacks.sample, dist.ranks]",
+                                                    "prefetch: [stacks.sample, gpu.devices]"))
     with pytest.raises(PlaybookError, match="prefetch.*measured by no node"):
         load_playbook(tmp_path / "bad.yaml")
 
