@@ -21,6 +21,7 @@ from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.ranks import RankStats, collective_fraction, compare
 
+RANK_SAMPLE_HZ = 10  # each rank sampled twice (idle and on-CPU): 40 samples each in 4 s, for shares
 SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
           "comm_fraction_min": 0.0, "comm_fraction_max": 0.0}
 
@@ -102,7 +103,8 @@ class RankComparison(Probe):
         def sample(rank: dict[str, Any]) -> None:
             try:
                 sub = ProbeContext(target=AttachTarget(rank["pid"]), budget_left=seconds, cancelled=ctx.cancelled)
-                results[rank["rank"]] = StackSample().run(sub, seconds=seconds, rate=20)
+                # 10 Hz: two samplers on every rank, beside the walk's own window on one of them.
+                results[rank["rank"]] = StackSample().run(sub, seconds=seconds, rate=RANK_SAMPLE_HZ)
             except TargetFailed as err:
                 results[rank["rank"]] = self.cannot(str(err))
 
@@ -134,8 +136,8 @@ class RankComparison(Probe):
                                    data_wait=m.values.get("data_wait_fraction"),
                                    collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction")))
         return self._judged(stats, max(r["world_size"] for r in ranks), time.monotonic() - started,
-                            f"each rank's main-thread CPU time (psutil) and py-spy ({seconds:.0f} s, --idle and "
-                            "on-CPU): the time off the CPU, in the share of idle samples inside torch.distributed or "
+                            f"each rank's main-thread CPU time (psutil) and py-spy ({seconds:.0f} s at {RANK_SAMPLE_HZ} Hz, "
+                            "--idle and on-CPU): the time off the CPU, in the share of idle samples inside torch.distributed or "
                             "backward(), is the wait for the other ranks; shares of each rank's time (step times "
                             "need the agent: launch mode)")
 
