@@ -86,6 +86,9 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
         "own_work_ratio": round(own(slowest) / others_own, 3) if others_own > 0 else None,
         "slowest_wait_fraction": round(slowest.collective_wait or 0.0, 4),
         "others_wait_fraction": round(min(r.collective_wait or 0.0 for r in others), 4),
+        # A straggler is the rank the others wait for: it waits far less itself. Ranks that all
+        # wait alike (communication-bound) differ in own work only by noise.
+        "wait_gap": round(min(r.collective_wait or 0.0 for r in others) - (slowest.collective_wait or 0.0), 4),
         "comm_fraction_min": round(min(waits), 4),
         "comm_fraction_max": round(max(waits), 4),
         "slowest_data_wait": None if slowest.data_wait is None else round(slowest.data_wait, 4),

@@ -21,6 +21,7 @@ def test_a_straggler_is_the_rank_with_the_longest_own_work_and_the_others_wait()
     assert values["slowest_rank"] == 1
     assert values["own_work_ratio"] == pytest.approx((12 * 0.9) / (12 * 0.18), rel=0.01)
     assert values["others_wait_fraction"] == pytest.approx(0.80)
+    assert values["wait_gap"] == pytest.approx(0.70)
     assert "input-bound: 60%" in values["slowest_reading"] and "on the CPU" in values["slowest_reading"]
     assert ranks[1].verdict.startswith("slowest own work") and "waits 85%" in ranks[0].verdict
 
@@ -62,17 +63,21 @@ def test_collective_rows_give_the_share_of_the_window_waited():
 
 def dist_measurement(**values):
     base = {"world_size": 2, "ranks_seen": 2, "ranks_measured": 2, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
+            "wait_gap": 0.0,
             "comm_fraction_min": 0.0, "comm_fraction_max": 0.0}
     return Measurement(probe="dist.ranks", values={**base, **values})
 
 
 @pytest.mark.parametrize(("values", "cause"), [
-    ({"own_work_ratio": 4.5, "others_wait_fraction": 0.85, "slowest_rank": 0}, "dist.straggler"),
-    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "work_ratio": 1.0, "slowest_has_most_work": True},
-     "dist.straggler"),
-    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "work_ratio": 2.0, "slowest_has_most_work": True},
-     "dist.imbalance"),
+    ({"own_work_ratio": 4.5, "others_wait_fraction": 0.85, "wait_gap": 0.53, "slowest_rank": 0}, "dist.straggler"),
+    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "wait_gap": 0.45, "work_ratio": 1.0,
+      "slowest_has_most_work": True}, "dist.straggler"),
+    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "wait_gap": 0.45, "work_ratio": 2.0,
+      "slowest_has_most_work": True}, "dist.imbalance"),
     ({"own_work_ratio": 1.1, "others_wait_fraction": 0.7, "comm_fraction_min": 0.68}, "dist.comm_bound"),
+    # seen from outside on a communication-bound job: own work 1.4x by noise, but both ranks wait
+    ({"own_work_ratio": 1.4, "others_wait_fraction": 0.60, "wait_gap": 0.16, "comm_fraction_min": 0.44},
+     "dist.comm_bound"),
 ])
 def test_the_walk_checks_ranks_first(values, cause):
     playbook = find_playbook("slow-training")

@@ -22,7 +22,7 @@ from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.ranks import RankStats, collective_fraction, compare
 
 RANK_SAMPLE_HZ = 10  # each rank sampled twice (idle and on-CPU): 40 samples each in 4 s, for shares
-SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
+SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
           "comm_fraction_min": 0.0, "comm_fraction_max": 0.0}
 
 
@@ -35,7 +35,7 @@ class RankComparison(Probe):
     params = {"seconds": 4.0}
     values = {"world_size": "", "ranks_seen": "", "ranks_measured": "", "slowest_rank": "", "slowest_own_ms": "ms",
               "others_own_ms": "ms", "own_work_ratio": "x", "slowest_wait_fraction": "fraction",
-              "others_wait_fraction": "fraction", "comm_fraction_min": "fraction", "comm_fraction_max": "fraction",
+              "others_wait_fraction": "fraction", "wait_gap": "fraction", "comm_fraction_min": "fraction", "comm_fraction_max": "fraction",
               "slowest_data_wait": "fraction", "slowest_producer_cpu": "fraction", "slowest_reading": "",
               "step_ms_median": "ms", "work_ratio": "x", "slowest_has_most_work": "", "step_rate_ratio": "x"}
 
@@ -93,29 +93,12 @@ class RankComparison(Probe):
         return measured
 
     def _from_stacks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> Measurement:
-        from fieldguide.probes.stacks import StackSample
-        from fieldguide.targets import AttachTarget, TargetFailed
-
         started = time.monotonic()
         seconds = max(2.0, min(seconds, ctx.budget_left))
-        results: dict[int, Measurement] = {}
-
-        def sample(rank: dict[str, Any]) -> None:
-            try:
-                sub = ProbeContext(target=AttachTarget(rank["pid"]), budget_left=seconds, cancelled=ctx.cancelled)
-                # 10 Hz: two samplers on every rank, beside the walk's own window on one of them.
-                results[rank["rank"]] = StackSample().run(sub, seconds=seconds, rate=RANK_SAMPLE_HZ)
-            except TargetFailed as err:
-                results[rank["rank"]] = self.cannot(str(err))
-
         self.reading(ctx, elapsed=0.0, of=seconds, status=f"sampling {len(ranks)} ranks with py-spy")
         cpu_before = {r["rank"]: main_thread_cpu(r["pid"]) for r in ranks}
         wall_before = time.monotonic()
-        threads = [threading.Thread(target=sample, args=(r,), daemon=True) for r in ranks]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(seconds + 15)
+        results = self._sample_ranks(ctx, ranks, seconds)
         wall = time.monotonic() - wall_before
         off_cpu = {}
         for r in ranks:
@@ -141,6 +124,39 @@ class RankComparison(Probe):
                             "backward(), is the wait for the other ranks; shares of each rank's time (step times "
                             "need the agent: launch mode)")
 
+    def _sample_ranks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> dict[int, Measurement]:
+        """Each rank's stack shares. Ranks of one launcher are sampled through it, one pair of
+        samplers for all (`--subprocesses`; each sample carries its process id), else one pair each."""
+        from fieldguide.probes.stacks import SourceReader, parse_raw, record_stacks, stack_values
+        from fieldguide.targets import py_spy_path
+
+        spy = py_spy_path()
+        if spy is None:
+            return {r["rank"]: self.cannot("py-spy is not installed (pip install py-spy)") for r in ranks}
+        parents = {parent_pid(r["pid"]) for r in ranks}
+        groups = [(parents.pop(), ranks)] if len(parents) == 1 and None not in parents else \
+            [(r["pid"], [r]) for r in ranks]
+        results: dict[int, Measurement] = {}
+
+        def sample(root: int, members: list[dict[str, Any]]) -> None:
+            texts, errors, _ = record_stacks(spy, root, seconds, RANK_SAMPLE_HZ, ctx.cancelled.wait)
+            for r in members:
+                samples = {kind: parse_raw(texts[kind], r["pid"]) for kind in texts}
+                reader = SourceReader(r["pid"])
+                for found in samples.values():
+                    reader.fill(found)
+                values, evidence = stack_values(samples["all"], samples["active"])
+                results[r["rank"]] = (self.measurement(values=values, evidence=evidence) if values["samples"] else
+                                      self.cannot("py-spy saw no samples of its main thread: "
+                                                  + (errors["all"].strip().splitlines() or ["?"])[-1]))
+
+        threads = [threading.Thread(target=sample, args=group, daemon=True) for group in groups]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(seconds + 15)
+        return results
+
     def _judged(self, stats: list[RankStats], world: int, seconds: float, provenance: str) -> Measurement:
         values = compare(stats)
         values["world_size"] = world
@@ -156,6 +172,15 @@ class RankComparison(Probe):
                                     {"rank": r["rank"], "pid": r["pid"], "step_ms": r["step_ms"],
                                      "data_wait": r["data_wait"], "collective_wait": r["collective_wait"],
                                      "verdict": r["verdict"]} for r in rows]})
+
+
+def parent_pid(pid: int) -> int | None:
+    import psutil
+
+    try:
+        return int(psutil.Process(pid).ppid())
+    except psutil.Error:
+        return None
 
 
 def main_thread_cpu(pid: int) -> float | None:

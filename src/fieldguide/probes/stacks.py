@@ -282,6 +282,37 @@ def _stop(procs: Iterable[subprocess.Popen[str]], grace: float | None = None) ->
             p.wait()
 
 
+def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait: Any,
+                  tick: Any = lambda: None) -> tuple[dict[str, str], dict[str, str], dict[str, int | None]]:
+    """Two py-spy samplers on `pid` and its subprocesses for `seconds`: "all" (`--idle`: waiting
+    too) and "active" (on the CPU). Returns each one's raw text, stderr and exit status.
+    `cancelled_wait(timeout)` returns True to cut the window short (py-spy then writes what it has)."""
+    procs: dict[str, subprocess.Popen[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="fieldguide-spy-") as tmp:
+        outputs = {kind: Path(tmp) / f"{kind}.txt" for kind in ("all", "active")}
+        try:
+            for kind, out in outputs.items():
+                cmd = [spy, "record", "--pid", str(pid), "--rate", str(rate),
+                       "--duration", str(int(round(seconds))), "--format", "raw", "--subprocesses",
+                       "--threads", "--nonblocking", "--full-filenames", "--output", str(out)]
+                if kind == "all":
+                    cmd.append("--idle")
+                # stderr to a file: a pipe nobody reads while sampling could fill and stall py-spy.
+                with open(Path(tmp) / f"{kind}.err", "w") as err:
+                    procs[kind] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                                   env=dict(os.environ, RUST_BACKTRACE="0"))
+            while any(p.poll() is None for p in procs.values()):
+                if cancelled_wait(0.2):
+                    break  # _stop below sends SIGINT: py-spy writes what it has
+                tick()
+            _stop(procs.values())
+            errors = {kind: (Path(tmp) / f"{kind}.err").read_text(errors="replace") for kind in procs}
+            texts = {kind: out.read_text() if out.exists() else "" for kind, out in outputs.items()}
+        finally:
+            _stop(procs.values())
+    return texts, errors, {kind: p.returncode for kind, p in procs.items()}
+
+
 @register
 class StackSample(Probe):
     id = "stacks.sample"
@@ -311,31 +342,10 @@ class StackSample(Probe):
             return self.cannot("no target process")
         seconds = max(1.0, min(seconds, ctx.budget_left))
         started = time.monotonic()
-        procs: dict[str, subprocess.Popen[str]] = {}
-        with tempfile.TemporaryDirectory(prefix="fieldguide-spy-") as tmp:
-            outputs = {kind: Path(tmp) / f"{kind}.txt" for kind in ("all", "active")}
-            try:
-                for kind, out in outputs.items():
-                    cmd = [spy, "record", "--pid", str(pid), "--rate", str(rate),
-                           "--duration", str(int(round(seconds))), "--format", "raw", "--subprocesses",
-                           "--threads", "--nonblocking", "--full-filenames", "--output", str(out)]
-                    if kind == "all":
-                        cmd.append("--idle")
-                    # stderr to a file: a pipe nobody reads while sampling could fill and stall py-spy.
-                    with open(Path(tmp) / f"{kind}.err", "w") as err:
-                        procs[kind] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
-                                                       env=dict(os.environ, RUST_BACKTRACE="0"))
-                self.reading(ctx, elapsed=0.0, of=seconds,
-                             status=f"sampling pid {pid} and its workers with py-spy at {rate} Hz")
-                while any(p.poll() is None for p in procs.values()):
-                    if ctx.cancelled.wait(0.2):
-                        break  # _stop below sends SIGINT: py-spy writes what it has
-                    self.reading(ctx, elapsed=time.monotonic() - started, of=seconds)
-                _stop(procs.values())
-                errors = {kind: (Path(tmp) / f"{kind}.err").read_text(errors="replace") for kind in procs}
-                texts = {kind: out.read_text() if out.exists() else "" for kind, out in outputs.items()}
-            finally:
-                _stop(procs.values())
+        self.reading(ctx, elapsed=0.0, of=seconds,
+                     status=f"sampling pid {pid} and its workers with py-spy at {rate} Hz")
+        texts, errors, codes = record_stacks(spy, pid, seconds, rate, ctx.cancelled.wait,
+                                             lambda: self.reading(ctx, elapsed=time.monotonic() - started, of=seconds))
         elapsed = time.monotonic() - started
         self.reading(ctx, elapsed=elapsed, of=seconds, status="reading the samples")
         alive_at_end = _descendants(pid)
@@ -348,7 +358,7 @@ class StackSample(Probe):
             return self.cannot(str(failure), provenance=provenance, seconds=elapsed)
         all_samples = parse_raw(texts["all"], pid)
         active_samples = parse_raw(texts["active"], pid)
-        if procs["active"].returncode not in (0, None) and not texts["active"].strip():
+        if codes["active"] not in (0, None) and not texts["active"].strip():
             return self.cannot("py-spy's on-CPU sampler failed: "
                                + (errors["active"].strip().splitlines() or ["?"])[-1],
                                provenance=provenance, seconds=elapsed)
