@@ -22,6 +22,8 @@ ALWAYS_ATTACHED = {"getbatch_waiting", "served_not_trained"}
 # Compile walks pay a cold inductor compile each (15-80 s here): `make test` keeps one departure
 # and the job that compiles nothing; the rest of the compile zoo runs in `make test-all`.
 COMPILE_IN_MAKE_TEST = {"compile_item_branch", "compile_not_used"}
+# Launched elsewhere in `make test` with the same cause asserted (test_coldstart.py).
+LAUNCHED_ELSEWHERE = {"start_checkpoint_slow_storage"}
 
 
 def cases(mode: str) -> list[object]:
@@ -39,6 +41,7 @@ def cases(mode: str) -> list[object]:
         slow = (mode == "attach" and d.name not in ALWAYS_ATTACHED
                 and (healthy_twice or (again and d.cause is not None)))
         slow = slow or (d.playbook == "compile-regression" and d.name not in COMPILE_IN_MAKE_TEST)
+        slow = slow or (mode == "launch" and d.name in LAUNCHED_ELSEWHERE)
         chosen.append(pytest.param(d, id=d.name, marks=[pytest.mark.slow] if slow else []))
     return chosen
 
