@@ -62,33 +62,65 @@ def collective_fraction(rows: list[list[Any]], window_start: float, window_end: 
     return (min(waited / total, 1.0) if total > 0 else None), len(chosen) - 1
 
 
+@dataclass(frozen=True)
+class Pace:
+    """Whose own work sets the pace among ranks: the slowest (an index into what was given), its own
+    work over the median of the others', and how much longer the others wait than it does."""
+
+    slowest: int
+    timed: bool  # own work in ms (step times, the agent), else shares of time not waiting (stacks)
+    slowest_own: float
+    others_own: float
+    own_work_ratio: float | None
+    slowest_wait: float
+    others_wait: float  # the least any other rank waits
+
+    @property
+    def wait_gap(self) -> float:
+        """A straggler is the rank the others wait for: it waits far less itself. Ranks that all
+        wait alike (communication-bound) differ in own work only by noise."""
+        return self.others_wait - self.slowest_wait
+
+
+def pace(own_ms: list[float | None], waits: list[float | None]) -> Pace | None:
+    """The pace of ranks given each one's own work in ms (None without step times) and its share
+    of time waiting in collectives (None: not measured, left out). By own ms where every rank with a
+    wait has it, else by the share not waiting; None with fewer than 2 ranks to compare."""
+    measured = [i for i, wait in enumerate(waits) if wait is not None]
+    if len(measured) < 2:
+        return None
+    timed = all(own_ms[i] is not None for i in measured)
+
+    def own(i: int) -> float:
+        return (own_ms[i] if timed else 1.0 - (waits[i] or 0.0)) or 0.0
+
+    slowest = max(measured, key=own)
+    others = [i for i in measured if i != slowest]
+    others_own = statistics.median(own(i) for i in others)
+    return Pace(slowest=slowest, timed=timed, slowest_own=own(slowest), others_own=others_own,
+                own_work_ratio=own(slowest) / others_own if others_own > 0 else None,
+                slowest_wait=waits[slowest] or 0.0, others_wait=min(waits[i] or 0.0 for i in others))
+
+
 def compare(ranks: list[RankStats]) -> dict[str, Any]:
     """The values the dist nodes judge, and each rank's verdict."""
     measured = [r for r in ranks if r.own_share is not None]
     values: dict[str, Any] = {"ranks_seen": len(ranks), "ranks_measured": len(measured)}
-    if len(measured) < 2:
+    found = pace([r.own_ms for r in measured], [r.collective_wait for r in measured])
+    if found is None:
         return values
-    timed = all(r.own_ms is not None for r in measured)  # step times (the agent), else shares (stacks)
-
-    def own(r: RankStats) -> float:
-        return (r.own_ms if timed else r.own_share) or 0.0
-
-    slowest = max(measured, key=own)
-    others = [r for r in measured if r is not slowest]
-    others_own = statistics.median(own(r) for r in others)
+    slowest = measured[found.slowest]
     waits = [r.collective_wait or 0.0 for r in measured]
-    if timed:
-        values["slowest_own_ms"] = round(own(slowest), 3)
-        values["others_own_ms"] = round(others_own, 3)
+    if found.timed:
+        values["slowest_own_ms"] = round(found.slowest_own, 3)
+        values["others_own_ms"] = round(found.others_own, 3)
         values["step_ms_median"] = round(statistics.median(r.step_ms or 0.0 for r in measured), 3)
     values.update({
         "slowest_rank": slowest.rank,
-        "own_work_ratio": round(own(slowest) / others_own, 3) if others_own > 0 else None,
-        "slowest_wait_fraction": round(slowest.collective_wait or 0.0, 4),
-        "others_wait_fraction": round(min(r.collective_wait or 0.0 for r in others), 4),
-        # A straggler is the rank the others wait for: it waits far less itself. Ranks that all
-        # wait alike (communication-bound) differ in own work only by noise.
-        "wait_gap": round(min(r.collective_wait or 0.0 for r in others) - (slowest.collective_wait or 0.0), 4),
+        "own_work_ratio": None if found.own_work_ratio is None else round(found.own_work_ratio, 3),
+        "slowest_wait_fraction": round(found.slowest_wait, 4),
+        "others_wait_fraction": round(found.others_wait, 4),
+        "wait_gap": round(found.wait_gap, 4),
         "comm_fraction_min": round(min(waits), 4),
         "comm_fraction_max": round(max(waits), 4),
         "slowest_data_wait": None if slowest.data_wait is None else round(slowest.data_wait, 4),

@@ -18,6 +18,7 @@ from typing import Any
 
 from fieldguide import __version__
 from fieldguide.errors import FieldguideError
+from fieldguide.ranks import pace
 from fieldguide.report.findings import Findings, utc_now
 
 STRAGGLER = "dist.straggler"
@@ -140,18 +141,16 @@ def _straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
     1.3x the others' own work while they wait."""
     named = [r for r in ranks if r["cause"] == STRAGGLER]
     timed = [r for r in ranks if r["own_ms"] is not None]
-    shared = [r for r in ranks if r["collective_wait"] is not None]
-    measured, key = (timed, "own_ms") if len(timed) >= 2 else (shared, "own_share")
+    # By own ms among the ranks with step times where two have them, else by shares of time.
+    measured = timed if len(timed) >= 2 else [r for r in ranks if r["collective_wait"] is not None]
+    found_pace = pace([r["own_ms"] for r in measured],
+                      [0.0 if r["collective_wait"] is None else r["collective_wait"] for r in measured])
     ratio = others_wait = None
     slowest = None
-    if len(measured) >= 2:
-        def own(r: dict[str, Any]) -> float:
-            return float(r["own_ms"]) if key == "own_ms" else 1.0 - float(r["collective_wait"] or 0.0)
-        slowest = max(measured, key=own)
-        others = [r for r in measured if r is not slowest]
-        median = statistics.median(own(r) for r in others)
-        ratio = round(own(slowest) / median, 3) if median > 0 else None
-        others_wait = round(min(r["collective_wait"] or 0.0 for r in others), 4)
+    if found_pace is not None:
+        slowest = measured[found_pace.slowest]
+        ratio = None if found_pace.own_work_ratio is None else round(found_pace.own_work_ratio, 3)
+        others_wait = round(found_pace.others_wait, 4)
     found = ratio is not None and others_wait is not None and ratio >= OWN_WORK_RATIO and others_wait >= OTHERS_WAIT
     chosen = slowest if found or not named else named[0]
     if chosen is None or not (found or named):

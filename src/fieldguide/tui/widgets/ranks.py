@@ -16,7 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable
 
-from fieldguide.ranks import table_values
+from fieldguide.ranks import pace, table_values
 
 if TYPE_CHECKING:
     from fieldguide.engine import NodeResult
@@ -35,19 +35,9 @@ def rank_rows(result: NodeResult) -> list[dict[str, Any]]:
 
 
 def straggler(rows: list[dict[str, Any]]) -> int | None:
-    """The index of the rank with the longest own work: own_ms where every rank has it (step
-    times), else the share of its time not waiting in collectives (from outside); as ranks.compare."""
-    timed = all(r.get("own_ms") is not None for r in rows)
-
-    def own(r: dict[str, Any]) -> float | None:
-        if timed:
-            return float(r["own_ms"])
-        wait = r.get("collective_wait")
-        return None if wait is None else 1.0 - float(wait)
-
-    scored = [(own(r), i) for i, r in enumerate(rows)]
-    known = [(score, i) for score, i in scored if score is not None]
-    return max(known)[1] if len(known) >= 2 else None
+    """The index of the rank with the longest own work, by the rule the rank comparison uses."""
+    found = pace([r.get("own_ms") for r in rows], [r.get("collective_wait") for r in rows])
+    return None if found is None else found.slowest
 
 
 def _pct(value: Any) -> str:
