@@ -191,3 +191,12 @@ def test_expand_report_path() -> None:
     assert expand_report_path(Path("r/%h/100%%-%h.md"), host="n1") == Path("r/n1/100%-n1.md")
     assert expand_report_path(Path("plain.json")) == Path("plain.json")
     assert "%h" not in str(expand_report_path(Path("report-%h.json")))
+
+
+def test_ranks_that_all_wait_are_no_straggler_across_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Own work 1.4x by noise, but the slowest rank waits nearly as much as the others (a gap of 16
+    # points): communication-bound, as the dist.ranks node judges it, not a straggler.
+    a = report(conclusion="device.compute_bound", ranks=[rank(0, "a", 200.0, 0.60), rank(1, "a", 200.0, 0.62)])
+    b = report(conclusion="device.compute_bound", ranks=[rank(2, "b", 200.0, 0.61), rank(3, "b", 200.0, 0.44)])
+    out = merged_json([write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)], capsys)
+    assert out["straggler"] is None and out["causes"] == []

@@ -22,9 +22,8 @@ from fieldguide.ranks import pace
 from fieldguide.report.findings import Findings, utc_now
 
 STRAGGLER = "dist.straggler"
-# As the slow-training playbook's dist.ranks node judges one node's ranks: the slowest rank's own
-# work at least 1.3x the others', while the others wait at least 20% of their step.
-OWN_WORK_RATIO, OTHERS_WAIT = 1.3, 0.2
+# The node whose expectation judges the ranks of the whole job, as it judges one node's.
+PACE_NODE = ("slow-training", "dist.ranks")
 COLUMNS = ("host", "rank", "pid", "verdict", "cause", "step ms", "own ms", "data wait", "collective wait")
 
 
@@ -137,8 +136,8 @@ def _rank_rows(path: str, f: Findings, host: str) -> list[dict[str, Any]]:
 
 def _straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The rank whose own work is the longest across the job: by own ms where every rank has step
-    times, else by its share of time not waiting; a straggler if a report names it, or if it is
-    1.3x the others' own work while they wait."""
+    times, else by its share of time not waiting; a straggler if a report names it, or if the
+    playbook's dist.ranks node departs on the job's ranks taken together."""
     named = [r for r in ranks if r["cause"] == STRAGGLER]
     timed = [r for r in ranks if r["own_ms"] is not None]
     # By own ms among the ranks with step times where two have them, else by shares of time.
@@ -147,11 +146,13 @@ def _straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
                       [0.0 if r["collective_wait"] is None else r["collective_wait"] for r in measured])
     ratio = others_wait = None
     slowest = None
+    found = False
     if found_pace is not None:
         slowest = measured[found_pace.slowest]
         ratio = None if found_pace.own_work_ratio is None else round(found_pace.own_work_ratio, 3)
         others_wait = round(found_pace.others_wait, 4)
-    found = ratio is not None and others_wait is not None and ratio >= OWN_WORK_RATIO and others_wait >= OTHERS_WAIT
+        found = ratio is not None and not _pace_holds({"own_work_ratio": ratio, "others_wait_fraction": others_wait,
+                                                       "wait_gap": round(found_pace.wait_gap, 4)})
     chosen = slowest if found or not named else named[0]
     if chosen is None or not (found or named):
         return None
@@ -159,6 +160,14 @@ def _straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
             "own_work_ratio": ratio if chosen is slowest else None, "others_wait_fraction": others_wait,
             "named_by": sorted({r["report"] for r in named if r["host"] == chosen["host"] and r["rank"] == chosen["rank"]}),
             "found_by_merge": found and chosen is slowest and not chosen["cause"]}
+
+
+def _pace_holds(values: dict[str, Any]) -> bool:
+    """The slow-training playbook's dist.ranks expectation on the job's ranks (no copy of its bounds)."""
+    from fieldguide.playbook import find_playbook
+
+    playbook_id, node = PACE_NODE
+    return bool(find_playbook(playbook_id).nodes[node].measure[0].expect.holds(values))
 
 
 def merge(reports: list[tuple[str, Findings]]) -> dict[str, Any]:
@@ -224,9 +233,9 @@ def _lines(merged: dict[str, Any]) -> tuple[str, list[str]]:
     if s:
         how = ["named by " + ", ".join(s["named_by"])] if s["named_by"] else []
         if s["own_work_ratio"]:
-            waits = s["others_wait_fraction"] or 0.0
+            waits = s["others_wait_fraction"]
             how.append(f"its own work is {s['own_work_ratio']:.2f}x the other ranks' median"
-                       + (f", and they wait {waits:.0%} or more of their step" if waits >= OTHERS_WAIT else ""))
+                       + (f", and they wait {waits:.0%} or more of their step" if waits is not None else ""))
         said.append(f"Straggler: rank {s['rank']} on {s['host']}: {'; '.join(how)}")
     return head, said
 
