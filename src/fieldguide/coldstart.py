@@ -13,6 +13,7 @@ Pure: no I/O, so it is tested on constructed marks.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 STEADY_WINDOW = 6  # steps whose mean decides "steady" (even: loaders that alternate long and short)
@@ -139,16 +140,22 @@ def _shares(started: float, end: float, points: dict[str, float],
     return {name: round(seconds, 3) for name, seconds in shares.items()}
 
 
+def step_signal(signals: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The loop's signal that defines steps, and its first boundary (`t`): the end of the job's
+    first real step. The loop counts a backward() as a step until the first optimizer step shows it
+    the real signal, so the last signal it reported is the one."""
+    kinds = [s for s in signals if "boundary" in s and "t" in s]
+    return kinds[-1] if kinds else None
+
+
 def from_connection(started: float, conn: Any, now: float) -> dict[str, Any] | None:
     """The cold start of a launched job's primary agent connection (None without marks)."""
     if conn is None:
         return None
     marks = list(conn.stream("coldstart", "marks").items)
-    # The loop counts a backward() as a step until the first optimizer step shows it the real
-    # signal: the first step ends at the first boundary of the kind that defines steps.
-    kinds = [s for s in conn.stream("loop", "signals").items if "boundary" in s and "t" in s]
-    if kinds:
-        marks = [{**m, "t": max(float(m["t"]), float(kinds[-1]["t"]))} if m.get("mark") == "first_step" else m
+    signal = step_signal(conn.stream("loop", "signals").items)
+    if signal is not None:  # the first step ends at the first boundary of the kind that defines steps
+        marks = [{**m, "t": max(float(m["t"]), float(signal["t"]))} if m.get("mark") == "first_step" else m
                  for m in marks]
     compiles = list(conn.stream("compiled", "compiles").items)
     end = conn.closed_at if conn.closed and conn.closed_at else now

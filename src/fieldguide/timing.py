@@ -23,7 +23,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from fieldguide.coldstart import steady_step
+from fieldguide.coldstart import steady_step, step_signal
 from fieldguide.errors import EXIT_CLEAN, BadInput, TargetFailed
 from fieldguide.probes.loop import BOUNDARY, T_END
 from fieldguide.probes.stats import median, quantile
@@ -74,11 +74,11 @@ def step_ends(signals: Iterable[dict[str, Any]], rows: Iterable[Sequence[Any]]) 
     The loop stream's rows are intervals between boundaries, and restart when a better signal
     appears (the first backward, then the first optimizer step): that signal's first boundary,
     in `signals`, is the end of the job's first real step."""
-    kinds = [s for s in signals if "boundary" in s]
+    signal = step_signal(signals)
     rows = list(rows)
-    if not kinds:
+    if signal is None:
         return [float(r[T_END]) for r in rows], False
-    kind, start = kinds[-1]["boundary"], float(kinds[-1]["t"])
+    kind, start = signal["boundary"], float(signal["t"])
     return [start, *(float(r[T_END]) for r in rows if r[BOUNDARY] == kind and float(r[T_END]) > start)], True
 
 
