@@ -127,7 +127,7 @@ class RankComparison(Probe):
     def _sample_ranks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> dict[int, Measurement]:
         """Each rank's stack shares. Ranks of one launcher are sampled through it, one pair of
         samplers for all (`--subprocesses`; each sample carries its process id), else one pair each."""
-        from fieldguide.probes.stacks import SourceReader, parse_raw, record_stacks, stack_values
+        from fieldguide.probes.stacks import read_samples, record_stacks, stack_values
         from fieldguide.targets import py_spy_path
 
         spy = py_spy_path()
@@ -141,11 +141,7 @@ class RankComparison(Probe):
         def sample(root: int, members: list[dict[str, Any]]) -> None:
             texts, errors, _ = record_stacks(spy, root, seconds, RANK_SAMPLE_HZ, ctx.cancelled.wait)
             for r in members:
-                samples = {kind: parse_raw(texts[kind], r["pid"]) for kind in texts}
-                reader = SourceReader(r["pid"])
-                for found in samples.values():
-                    reader.fill(found)
-                values, evidence = stack_values(samples["all"], samples["active"])
+                values, evidence = stack_values(*read_samples(texts, r["pid"]))
                 results[r["rank"]] = (self.measurement(values=values, evidence=evidence) if values["samples"] else
                                       self.cannot("py-spy saw no samples of its main thread: "
                                                   + (errors["all"].strip().splitlines() or ["?"])[-1]))

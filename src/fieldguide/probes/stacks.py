@@ -282,6 +282,16 @@ def _stop(procs: Iterable[subprocess.Popen[str]], grace: float | None = None) ->
             p.wait()
 
 
+def read_samples(texts: dict[str, str], pid: int) -> tuple[list[ThreadSample], list[ThreadSample]]:
+    """Both samplers' samples (`record_stacks`' texts) with `pid` as the main process, each leaf's
+    source statement read for the classifier."""
+    samples = parse_raw(texts["all"], pid), parse_raw(texts["active"], pid)
+    reader = SourceReader(pid)
+    for found in samples:
+        reader.fill(found)
+    return samples
+
+
 def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait: Any,
                   tick: Any = lambda: None) -> tuple[dict[str, str], dict[str, str], dict[str, int | None]]:
     """Two py-spy samplers on `pid` and its subprocesses for `seconds`: "all" (`--idle`: waiting
@@ -356,15 +366,11 @@ class StackSample(Probe):
                 return self.cannot(ctx.target.gone_reason(), provenance=provenance, seconds=elapsed)
             failure = classify_py_spy_failure(pid, errors["all"])
             return self.cannot(str(failure), provenance=provenance, seconds=elapsed)
-        all_samples = parse_raw(texts["all"], pid)
-        active_samples = parse_raw(texts["active"], pid)
         if codes["active"] not in (0, None) and not texts["active"].strip():
             return self.cannot("py-spy's on-CPU sampler failed: "
                                + (errors["active"].strip().splitlines() or ["?"])[-1],
                                provenance=provenance, seconds=elapsed)
-        reader = SourceReader(pid)
-        reader.fill(all_samples)
-        reader.fill(active_samples)
+        all_samples, active_samples = read_samples(texts, pid)
         values, evidence = stack_values(all_samples, active_samples, alive_at_end=alive_at_end)
         if not values["samples"]:
             return self.cannot("py-spy saw no samples of the main thread", provenance=provenance, seconds=elapsed)
