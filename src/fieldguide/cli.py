@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from fieldguide import __version__
-from fieldguide.errors import EXIT_BAD_INPUT, EXIT_FOR_VERDICT, EXIT_INTERRUPTED, FieldguideError
-
-if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderResult
+from fieldguide.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, FieldguideError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -296,117 +292,10 @@ def _explain(item_id: str) -> int:
     return 0
 
 
-def _diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report: Path | None,
-                       fmt: str | None, budget: float | None, *, show_output: bool, try_fix: bool = False) -> int:
-    from rich.console import Console
+def _diagnose_headless(*args: Any, **kwargs: Any) -> int:
+    from fieldguide.headless import diagnose_headless
 
-    from fieldguide.playbook import find_playbook
-    from fieldguide.report import write_report
-    from fieldguide.report.summary import summary_renderable
-    from fieldguide.session import Session, launch_env, open_target
-
-    playbook = find_playbook(playbook_id)  # bad playbooks and report paths fail before anything starts
-    if budget is not None and not (math.isfinite(budget) and budget > 0):
-        raise FieldguideError("--budget must be a positive number of seconds")
-    if report is not None:
-        from fieldguide.report.merge import expand_report_path
-
-        report = expand_report_path(report)  # %h: this node's host name (one report per node)
-        check_writable(report)
-    import signal
-
-    signal.signal(signal.SIGINT, _interrupt)  # a second Ctrl-C must not cut ending the job short
-    err = Console(stderr=True, highlight=False)
-    echo = (lambda line: print(f"  | {line}", file=sys.stderr)) if show_output else None
-    interrupted = False
-    target = None
-    try:
-        target = open_target(pid, cmd, echo=echo, arm=playbook.arm, extra_env=launch_env(playbook, report))
-        session = Session(playbook, target, budget=budget or 0.0)
-        where = f"pid {target.pid}" if pid else " ".join(cmd) or "machine"
-        err.print(f"[bold]fieldguide[/] {playbook.id} on {target.kind} {where}")
-
-        def progress(result: object) -> None:
-            from fieldguide.engine import NodeResult
-
-            assert isinstance(result, NodeResult)
-            err.print(ProgressLine(result.node, result.status, result.seconds, result.note))
-
-        try:
-            findings = session.run(progress)
-            if try_fix and findings.first_departure:
-                findings.experiments.append(_try_fix(session, findings.first_departure["cause"], err))
-        except KeyboardInterrupt:
-            interrupted = True
-            current = session.walk.current or "start"
-            session.cancel(f"interrupted by the user (Ctrl-C) at node {current}; the report is partial")
-            findings = session.findings()
-    finally:
-        if target is not None:
-            target.close()
-    Console(highlight=False).print(summary_renderable(findings))
-    if report is not None:
-        try:
-            path = write_report(findings, report, fmt)
-        except OSError as failure:
-            raise FieldguideError(f"cannot write the report to {report}: {failure.strerror}") from None
-        err.print(f"report written to {path}")
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_FOR_VERDICT[findings.verdict]
-
-
-def _try_fix(session: Any, cause_id: str, err: Any) -> dict[str, Any]:
-    """Relaunch the job with the cause's fix and time the arms (fieldguide/tryfix.py)."""
-    from fieldguide.targets import LaunchTarget
-    from fieldguide.tryfix import try_fix
-
-    cause = session.playbook.causes[cause_id]
-    if not isinstance(session.target, LaunchTarget):
-        return {"cause": cause_id, "ran": False, "why": "only a launched job can be relaunched"}
-    err.print(f"[bold]trying the fix of {cause_id}[/]: relaunching the job with it, timing the arms in turns")
-    return try_fix(session.target, cause, progress=lambda status, series: err.print(f"  {status}", style="dim"))
-
-
-class ProgressLine:
-    """One node's line on stderr during a headless walk. The whole note is shown: a long one
-    wraps, indented under the note's start, instead of being cut (its reason is often at the
-    end); on a console too narrow for that, it goes under the line, indented by four."""
-
-    NOTE_MIN = 24  # fewer columns than this beside the line: the note goes under it
-
-    def __init__(self, node: str, status: str, seconds: float, note: str):
-        self.head = f"  {node:<24} {status:<7} {seconds:5.1f} s  "
-        self.short_head = f"  {node} {status} {seconds:.1f} s"  # for a narrow console
-        self.note = note
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        from rich.padding import Padding
-        from rich.table import Table
-        from rich.text import Text
-
-        note = Text(self.note, style="dim", overflow="fold")  # words wrap; a longer word (a path) folds
-        if options.max_width - len(self.head) >= (self.NOTE_MIN if self.note else 0):
-            line = Table.grid()
-            line.add_column(no_wrap=True)
-            line.add_column(overflow="fold")
-            line.add_row(Text(self.head), note)
-            yield line
-        else:
-            yield Text(self.short_head, overflow="fold")
-            if self.note:
-                yield Padding(note, (0, 0, 0, 4))
-
-
-def check_writable(path: Path) -> None:
-    """A report path that cannot be written fails now, not after a minute of measuring."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise FieldguideError(f"--report {path} is a directory")
-    if not parent.is_dir():
-        raise FieldguideError(f"--report {path}: no such directory {parent}")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise FieldguideError(f"--report {path} is not writable")
+    return diagnose_headless(*args, on_interrupt=_interrupt, **kwargs)
 
 
 def _tui(pid: int | None, cmd: list[str], playbook_id: str | None, demo: bool = False) -> int:

@@ -145,12 +145,16 @@ class Walk:
             self._calibration = found.lookup if found is not None else None
         return self._calibration
 
-    def step(self) -> NodeResult | None:
-        """Run the current node, record it, and follow its edge."""
+    def step(self, stop: Callable[[], bool] = lambda: False) -> NodeResult | None:
+        """Run the current node, record it, and follow its edge. A node that could not measure
+        because the walk was stopped meanwhile (`stop()`) is neither recorded nor followed: it was
+        cut short, not judged, and the walk stays on it."""
         if self.current is None:
             return None
         node = self.playbook.nodes[self.current]
         result = self.run_node(node.id)
+        if result.status == ERROR and stop():
+            return None
         self.path.append(result)
         if result.status == DEPART and self._departed_at is None:
             self._departed_at = result
@@ -172,9 +176,11 @@ class Walk:
         self._follow(edge)
         return result
 
-    def run(self, on_result: Callable[[NodeResult], None] | None = None) -> None:
-        while not self.finished:
-            result = self.step()
+    def run(self, on_result: Callable[[NodeResult], None] | None = None,
+            stop: Callable[[], bool] = lambda: False) -> None:
+        """Step to the end, or until `stop()` (a cancelled walk ends after the node it was in)."""
+        while not self.finished and not stop():
+            result = self.step(stop)
             if on_result is not None and result is not None:
                 on_result(result)
 

@@ -79,9 +79,9 @@ class Session:
         if isinstance(self.target, LaunchTarget):
             timeout = min(self.playbook.ready_timeout or READY_TIMEOUT, self.budget * READY_SHARE)
             started = time.monotonic()
-            ready = self.target.wait_ready(timeout=timeout)
+            ready = self.target.wait_ready(timeout=timeout, cancelled=self.runner.cancelled.is_set)
             self.runner.spent += time.monotonic() - started
-            if not ready and self.target.alive():
+            if not ready and self.target.alive() and not self.runner.cancelled.is_set():
                 self.note = self.target.not_ready_reason(timeout)
         # Windows the playbook will need later start now, alongside the first nodes.
         self.runner.prefetch(self.playbook.prefetch, self.target.capabilities())
@@ -105,7 +105,7 @@ class Session:
         self.wait_ready()
         self.read_environment()
         try:
-            self.walk.run(on_result)
+            self.walk.run(on_result, stop=self.runner.cancelled.is_set)
         finally:
             self.runner.stop_prefetch()
         return self.findings()

@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -257,13 +258,15 @@ class LaunchTarget(Target):
             if self._echo is not None:
                 self._echo(line)
 
-    def wait_ready(self, timeout: float, min_steps: int = 3) -> bool:
+    def wait_ready(self, timeout: float, min_steps: int = 3,
+                   cancelled: Callable[[], bool] = lambda: False) -> bool:
         """Wait until the agent reports training steps. False when the time ran out with none
-        (the walk goes on and says so), or when the job ended first having left evidence (steps,
-        an exception): the walk judges what it left. A job that ended leaving nothing fails (exit 3)."""
+        (the walk goes on and says so), when the walk was cancelled, or when the job ended first
+        having left evidence (steps, an exception): the walk judges what it left. A job that ended
+        leaving nothing fails (exit 3)."""
         assert self.agent is not None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not cancelled():
             conn = self.agent.primary()
             if conn is not None and conn.steps_total >= min_steps:
                 return True

@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from fieldguide import cli
+from fieldguide.headless import ProgressLine
 from tests.cli.test_bad_input import assert_one_line_error
 from tests.conftest import FIELDGUIDE
 
@@ -94,7 +95,7 @@ LONG_NOTE = ("could not measure: the agent did not answer within 10 s; the targe
 @pytest.mark.parametrize("width", [80, 120, 40])
 def test_a_long_progress_note_wraps_whole_under_its_line(width: int) -> None:
     console = Console(width=width, record=True, color_system=None)
-    console.print(cli.ProgressLine("input.data-wait", "error", 3.2, LONG_NOTE))
+    console.print(ProgressLine("input.data-wait", "error", 3.2, LONG_NOTE))
     lines = console.export_text().splitlines()
     assert lines[0].startswith("  input.data-wait") and "error" in lines[0] and "3.2 s" in lines[0]
     assert all(len(line) <= width for line in lines)
@@ -108,12 +109,12 @@ def test_a_long_progress_note_wraps_whole_under_its_line(width: int) -> None:
 
 def test_a_short_progress_note_is_one_line() -> None:
     console = Console(width=120, record=True, color_system=None)
-    console.print(cli.ProgressLine("env.debug-flags", "pass", 0.4, "torch.flags"))
+    console.print(ProgressLine("env.debug-flags", "pass", 0.4, "torch.flags"))
     assert console.export_text().rstrip().splitlines() == [
         "  env.debug-flags          pass      0.4 s  torch.flags"]
 
 
 def test_progress_notes_are_not_read_as_markup() -> None:
     console = Console(width=120, record=True, color_system=None)
-    console.print(cli.ProgressLine("n.x", "error", 0.0, "bad value [/dim] in [bold]x"))
+    console.print(ProgressLine("n.x", "error", 0.0, "bad value [/dim] in [bold]x"))
     assert "bad value [/dim] in [bold]x" in console.export_text()

@@ -70,6 +70,25 @@ def test_step_by_step_and_callback(slow_training):
     assert walk.step() is None
 
 
+def test_a_node_cut_short_by_a_stop_is_not_recorded_and_the_walk_stays_on_it(slow_training):
+    stopped = []
+
+    class StopAtFlags(FakeMeasure):
+        def __call__(self, option: Any) -> Measurement:
+            if option.probe == "torch.flags":
+                stopped.append(True)  # the user interrupts while this node measures
+            if stopped:
+                return Measurement.cannot(option.probe, "cancelled")
+            return super().__call__(option)
+
+    walk = Walk(slow_training, lambda: set(LAUNCH), StopAtFlags(healthy_values()))
+    seen: list[str] = []
+    walk.run(on_result=lambda r: seen.append(r.node), stop=lambda: bool(stopped))
+    assert seen == ["target.trains", "dist.ranks", "dist.comm"]
+    assert [r.node for r in walk.path] == seen
+    assert walk.current == "env.debug-flags" and not walk.finished
+
+
 def test_run_node_does_not_move_the_walk(slow_training):
     walk = Walk(slow_training, lambda: set(LAUNCH), FakeMeasure(healthy_values()))
     result = walk.run_node("host.blocking-io")
