@@ -24,12 +24,19 @@ ALWAYS_ATTACHED = {"getbatch_waiting", "served_not_trained"}
 COMPILE_IN_MAKE_TEST = {"compile_item_branch", "compile_not_used"}
 # Launched elsewhere in `make test` with the same cause asserted (test_coldstart.py).
 LAUNCHED_ELSEWHERE = {"start_checkpoint_slow_storage"}
+# Launched in `make test` even when another workload already shows their cause: the shapes of
+# training the brief names (no torch.optim, no DataLoader, two optimizers, closures, gradient
+# accumulation, a process that serves) and the plain DataLoader pipelines.
+TRAINING_SHAPES = {"gan_two_optimizers", "getbatch_cpu", "getbatch_waiting", "grad_accumulation_cpu", "lbfgs_healthy",
+                   "manual_sgd_healthy", "served_not_trained", "loader_slow_workers", "loader_decode_cpu"}
 
 
 def cases(mode: str) -> list[object]:
     """Each workload declared for `mode`. Runs that `make test` leaves to `make test-all` (marked
     slow, to stay under 12 minutes): attach runs of a workload with nothing to find that is also
-    launched or of a cause another workload already shows in attach mode, and most compile walks."""
+    launched or of a cause another workload already shows in attach mode, launch runs of a cause
+    another launched workload already shows (unless it is one of the TRAINING_SHAPES), and most
+    compile walks."""
     chosen = []
     shown: set[tuple[str, str | None]] = set()
     for _, d in sorted(DECLARED.items()):
@@ -42,6 +49,7 @@ def cases(mode: str) -> list[object]:
                 and (healthy_twice or (again and d.cause is not None)))
         slow = slow or (d.playbook == "compile-regression" and d.name not in COMPILE_IN_MAKE_TEST)
         slow = slow or (mode == "launch" and d.name in LAUNCHED_ELSEWHERE)
+        slow = slow or (mode == "launch" and again and d.name not in TRAINING_SHAPES)
         chosen.append(pytest.param(d, id=d.name, marks=[pytest.mark.slow] if slow else []))
     return chosen
 
