@@ -4,7 +4,8 @@ line {"t", "steps", "rank"} per rank every quarter second.
 usage: python -m torch.distributed.run --nproc-per-node 2 benchmarks/bench_ddp_target.py
 
 Used by ranks.py: an MLP step of ~10 ms per rank on batches sliced from tensors in RAM, one
-intra-op thread per rank. Every rank stops at the same step (a shared flag every 10 steps), and
+intra-op thread per rank. BENCH_DEVICE_WAIT_MS adds a sleep to each step: a rank that waits
+on its device that long, off the CPU, as ranks on a GPU node do. Every rank stops at the same step (a shared flag every 10 steps), and
 a rank whose launcher is gone (killed outright) ends too.
 """
 
@@ -40,6 +41,7 @@ def main() -> None:
     torch.set_num_threads(1)
     end_with_launcher()
     seconds = float(os.environ.get("BENCH_SECONDS", "60"))
+    device_wait = float(os.environ.get("BENCH_DEVICE_WAIT_MS", "0")) / 1000
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(rank)
@@ -60,6 +62,8 @@ def main() -> None:
                 opt.zero_grad(set_to_none=True)
                 loss.backward()  # DDP all-reduces the gradients here
                 opt.step()
+                if device_wait:
+                    time.sleep(device_wait)  # off the CPU, as a rank is while it waits on its GPU
                 steps += 1
                 now = time.monotonic()
                 if now - last >= 0.25:

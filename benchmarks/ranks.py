@@ -1,13 +1,17 @@
 """What fieldguide costs a multi-rank job, and how long a walk over 2 ranks takes next to 1.
 
 usage: python benchmarks/ranks.py [--rounds 3] [--repeat 3] [--skip-cost] [--skip-walks]
+                                 [--device-wait-ms 0 10]
 
 1. Cost to each rank while attached: one run of bench_ddp_target.py (2 gloo ranks under
    torchrun); each rank's steps/s in windows while nothing is attached versus windows while
    `fieldguide diagnose --playbook slow-training --no-tui --pid <launcher>` walks it,
    interleaved (free, walk, free, walk, ..., free), `--rounds` walks. Per rank: the median
    free and attached rates with their min-max over windows, the slowdown of the medians, and
-   the spread of the slowdown of each attached window against the free windows either side.
+   the spread of the slowdown of each attached window against the free windows either side;
+   and the CPU seconds each walk used (fieldguide and its py-spy samplers). With
+   `--device-wait-ms W` each rank's step also sleeps W ms, off the CPU, as a rank waits on its
+   GPU: on a GPU node the ranks do not fill every core, as they do here without it.
 2. Walk time over 2 ranks vs 1, the zoo's ddp_healthy.py (it runs on one rank too: world size
    1, DDP and its all-reduce are no-ops across ranks, each rank's step is the same work):
    - launch mode, including the job's start: `fieldguide diagnose ... -- python -m
@@ -106,12 +110,15 @@ def walk_summary(report: Path) -> str:
     return f"{data.get('verdict')} {got}, {ranks} rank{'s' if ranks > 1 else ''}, dist nodes {dist_s:.1f} s"
 
 
-def attach_cost(rounds: int) -> None:
-    print("## cost to each rank while a walk is attached (one 2-rank run; windows free vs attached)")
+def attach_cost(rounds: int, device_wait_ms: float = 0.0) -> None:
+    waits = f", each step waiting {device_wait_ms:.0f} ms off the CPU as on a device" if device_wait_ms else \
+        ", the ranks on the CPU all the time"
+    print(f"## cost to each rank while a walk is attached (one 2-rank run{waits}; windows free vs attached)")
     window = 15.0
     proc = subprocess.Popen([*TORCHRUN, "--nproc-per-node", "2", str(TARGET)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True,
-                            env=dict(os.environ, BENCH_SECONDS=str(60 * rounds + 90)))
+                            env=dict(os.environ, BENCH_SECONDS=str(60 * rounds + 90),
+                                     BENCH_DEVICE_WAIT_MS=str(device_wait_ms)))
     rows: list[tuple[float, int, int]] = []
     threading.Thread(target=read_rates, args=(proc, rows), daemon=True).start()
     ranks = rank_pids(proc.pid)
@@ -120,6 +127,7 @@ def attach_cost(rounds: int) -> None:
     free: dict[int, list[float]] = {0: [], 1: []}
     attached: dict[int, list[float]] = {0: [], 1: []}
     walks = []
+    cpu = []  # CPU seconds of each walk: fieldguide and the samplers it ran (reaped children)
 
     def free_window() -> None:
         t0 = time.monotonic()
@@ -131,10 +139,11 @@ def attach_cost(rounds: int) -> None:
         for i in range(rounds):
             free_window()
             report = folder / f"attach-{i}.json"
-            t0 = time.monotonic()
+            t0, used0 = time.monotonic(), children_cpu()
             subprocess.run([*FIELDGUIDE, "diagnose", "--playbook", "slow-training", "--no-tui", "--report",
                             str(report), "--pid", str(proc.pid)], capture_output=True, timeout=300)
             t1 = time.monotonic()
+            cpu.append((children_cpu() - used0, t1 - t0))
             for r in (0, 1):
                 attached[r].append(rate_between(rows, r, t0, t1))
             walks.append(f"{t1 - t0:.1f} s ({walk_summary(report)})")
@@ -142,6 +151,8 @@ def attach_cost(rounds: int) -> None:
     finally:
         end_job(proc, ranks)
     print(f"walks: {'; '.join(walks)}")
+    print("fieldguide's own CPU per walk (it and its py-spy samplers): "
+          + ", ".join(f"{c:.2f} CPU-s over {w:.1f} s ({c / w:.0%} of one core)" for c, w in cpu))
     for r in (0, 1):
         f, a = free[r], attached[r]
         fm, am = statistics.median(f), statistics.median(a)
@@ -152,6 +163,14 @@ def attach_cost(rounds: int) -> None:
         print(f"rank {r}: slowdown while attached {1 - am / fm:+.1%} (median of medians); per walk "
               f"{', '.join(f'{p:+.1%}' for p in pairs)}; free windows span "
               f"{(max(f) - min(f)) / fm:.1%} of their median")
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's reaped children and theirs (fieldguide reaps its samplers)."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def launch_walk(nproc: int) -> tuple[float, str]:
@@ -214,11 +233,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-cost", action="store_true")
     ap.add_argument("--skip-walks", action="store_true")
+    ap.add_argument("--device-wait-ms", type=float, nargs="+", default=[0.0],
+                    help="one cost run per value: each rank's step also sleeps this long (a device's wait)")
     args = ap.parse_args()
     print(f"{psutil.cpu_count()} cores; load average at start {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     t0 = time.monotonic()
     if not args.skip_cost:
-        attach_cost(args.rounds)
+        for wait in args.device_wait_ms:
+            attach_cost(args.rounds, wait)
     if not args.skip_walks:
         walk_times(args.repeat)
     print(f"load average at the end {', '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.monotonic() - t0:.0f} s in all")

@@ -202,6 +202,19 @@ def test_parse_raw_worker_line():
     assert ("_worker_loop", "torch/utils/data/_utils/worker.py") in s.stack
 
 
+def test_parse_raw_of_a_launcher_keeps_one_rank_and_its_workers_only():
+    launcher, sibling = 'process 90:"torchrun"', 'process 200:"python train.py"'
+    text = "\n".join([
+        f"{launcher};thread (90): MainThread;<module> (run.py:1);wait (subprocess.py:1) 50",
+        f"{launcher};{main_line(FORWARD_STACK, 7)}",
+        f"{launcher};{worker_line(101, WORKER_PRODUCE, 4)}",
+        f"{launcher};{sibling};thread (200): MainThread;<module> (train.py:10) 30",
+        f'{launcher};{sibling};process 201:"python train.py";thread (201): MainThread;<module> (train.py:10) 9',
+    ])
+    samples = parse_raw(text, MAIN_PID)
+    assert [(s.pid, s.role, s.count) for s in samples] == [(MAIN_PID, "main", 7), (101, "worker", 4)]
+
+
 def test_parse_raw_other_threads_blank_and_junk_lines():
     text = "\n".join([
         main_line(FORWARD_STACK, 5),

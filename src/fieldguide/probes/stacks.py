@@ -60,7 +60,11 @@ STOP_GRACE_S = 3.0
 
 
 def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
-    """py-spy `record -f raw -s -t` lines: `process P:"cmd";[process C:"cmd";]thread (T): name;f1;f2 COUNT`."""
+    """py-spy `record -f raw -s -t` lines: `process P:"cmd";[process C:"cmd";]thread (T): name;f1;f2 COUNT`.
+
+    Each line names its process chain from the recorded root down. `main_pid` and the processes
+    under it are kept (a recording of a launcher holds every rank: one rank's workers are its
+    own children, not its sibling ranks nor the launcher)."""
     samples = []
     for line in text.splitlines():
         line = line.rstrip()
@@ -69,16 +73,19 @@ def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
         body, _, count_text = line.rpartition(" ")
         if not count_text.isdigit():
             continue
-        pid = main_pid
+        chain: list[int] = []
         while True:
             m = _PROCESS.match(body)
             if not m:
                 break
-            pid = int(m.group(1))
+            chain.append(int(m.group(1)))
             end = body.find('";', m.end())
             if end < 0:
                 break
             body = body[end + 2:]
+        if chain and main_pid not in chain:
+            continue  # a process beside main_pid, or above it
+        pid = chain[-1] if chain else main_pid
         thread = ""
         head, sep, rest = body.partition(";")
         m = _THREAD.match(head)
