@@ -224,7 +224,7 @@ def walk_times(repeat: int) -> None:
         two, one = statistics.median(times[2]), statistics.median(times[1])
         print(f"{mode} ({what}): 2 ranks median {two:.1f} s ({min(times[2]):.1f}-{max(times[2]):.1f}), "
               f"1 rank median {one:.1f} s ({min(times[1]):.1f}-{max(times[1]):.1f}): {two / one:.2f}x "
-              f"(pairs {', '.join(f'{a / b:.2f}x' for a, b in zip(times[2], times[1]))})")
+              f"(pairs {', '.join(f'{a / b:.2f}x' for a, b in zip(times[2], times[1], strict=True))})")
 
 
 def main() -> None:

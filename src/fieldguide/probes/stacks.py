@@ -104,6 +104,12 @@ def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
     return samples
 
 
+# Source files parsed in this process, by file identity: the stack window and every rank of the
+# rank comparison read the same torch files, and parsing a large one costs tens of milliseconds.
+_PARSED: dict[tuple[int, int, int, int], tuple[list[str], list[tuple[int, int]]]] = {}
+_PARSED_MAX = 512
+
+
 class SourceReader:
     """The statement at a line of the target's source files, each file read and parsed once.
 
@@ -128,12 +134,18 @@ class SourceReader:
         loaded = None
         for candidate in self._candidates(file):
             try:
-                if os.path.getsize(candidate) > self.MAX_BYTES:
+                st = os.stat(candidate)
+                if st.st_size > self.MAX_BYTES:
                     break
-                text = Path(candidate).read_text(encoding="utf-8", errors="replace")
+                key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+                loaded = _PARSED.get(key)
+                if loaded is None:
+                    if len(_PARSED) >= _PARSED_MAX:
+                        _PARSED.clear()
+                    text = Path(candidate).read_text(encoding="utf-8", errors="replace")
+                    loaded = _PARSED[key] = (text.splitlines(), statement_spans(text))
             except OSError:
                 continue
-            loaded = (text.splitlines(), statement_spans(text))
             break
         self._files[file] = loaded
         return loaded
