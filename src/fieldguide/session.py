@@ -133,8 +133,13 @@ class Session:
         findings.exit = ending
         findings.ranks = next((list(r.measurement.evidence["ranks"]) for r in self.walk.path
                                if r.measurement is not None and r.measurement.evidence.get("ranks")), [])
+        findings.cold_start = self.cold_start()
+        return findings
+
+    def cold_start(self) -> dict[str, Any] | None:
+        """A launched job's start taken apart so far (fieldguide/coldstart.py); None when attached."""
         if isinstance(self.target, LaunchTarget) and self.target.agent is not None:
             from fieldguide.coldstart import from_connection
 
-            findings.cold_start = from_connection(self.target.started, self.target.agent.primary(), time.monotonic())
-        return findings
+            return from_connection(self.target.started, self.target.agent.primary(), time.monotonic())
+        return None

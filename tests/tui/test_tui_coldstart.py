@@ -93,3 +93,30 @@ async def test_no_cold_start_no_timeline() -> None:
     text = "\n".join(await evidence_lines(without_cold_start()))
     assert "Cold start" not in text and "▓" not in text
     assert "from s" in text  # the rows are still there
+
+
+async def leaf_lines(reached: bool, cold: dict[str, Any] | None) -> list[str]:
+    """The walk screen's right-hand panel on a healthy leaf, every line of it, 60 columns wide."""
+    from textual.app import App, ComposeResult
+
+    from fieldguide.tui.widgets.node_panel import NodePanel
+
+    class PanelApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield NodePanel()
+
+    app = PanelApp()
+    async with app.run_test(size=(60, 40)) as pilot:
+        panel = app.query_one(NodePanel)
+        panel.show_leaf("start.quick", "The job reaches steady steps quickly.", reached, cold)
+        await pilot.pause()
+        box = panel.query_one("#np-result", Static)
+        return [box.render_line(y).text.rstrip() for y in range(box.size.height)]
+
+
+async def test_the_healthy_leaf_the_walk_reached_shows_the_jobs_start() -> None:
+    lines = await leaf_lines(True, cold_start())
+    assert "The job's start" in lines
+    assert "Cold start: 6.2 s to steady steps, steady from step 5" in lines
+    assert not any("steady steps" in line for line in await leaf_lines(False, cold_start()))
+    assert not any("steady steps" in line for line in await leaf_lines(True, None))

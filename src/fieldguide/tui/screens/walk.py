@@ -291,7 +291,8 @@ class WalkScreen(WalkWorkers):
             self.panel.show_cause(cause, reached, departure.summary if reached and departure else "")
         elif kind == "leaf":
             reached = self.session is not None and self.session.walk.conclusion == item_id
-            self.panel.show_leaf(item_id, self.playbook.leaves.get(item_id, ""), reached)
+            cold = self.session.cold_start() if reached and self.session is not None else None
+            self.panel.show_leaf(item_id, self.playbook.leaves.get(item_id, ""), reached, cold)
 
     def _walk_finished(self) -> None:
         assert self.session is not None

@@ -3,7 +3,7 @@ the probe's live readings, then measured vs expected, and why the node matters."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -100,7 +100,15 @@ class NodePanel(VerticalScroll):
         why = Text.assemble(("Why it costs: ", "bold dim"), (cause.why.strip(), "dim"))
         self._set(title, Text(cause.title, style="bold"), text, why)
 
-    def show_leaf(self, leaf_id: str, meaning: str, reached: bool) -> None:
+    def show_leaf(self, leaf_id: str, meaning: str, reached: bool, cold_start: dict[str, Any] | None = None) -> None:
+        """A healthy leaf; the one the walk reached shows the launched job's start as one bar
+        (a clean slow-start walk's numbers: what each phase took)."""
+        from fieldguide.report.summary import Timeline
+        from fieldguide.report.timeline import timed_phases
+
         title = Text.assemble(("● " if reached else "○ ", "bold green" if reached else "dim"), (leaf_id, "bold"),
                               ("  the walk ended here: healthy" if reached else "  a healthy leaf", "dim"))
-        self._set(title, Text(meaning.strip()))
+        start: RenderableType = Text("")
+        if reached and cold_start is not None and timed_phases(cold_start.get("phases")):
+            start = Group(Text("The job's start", style="bold"), Timeline(cold_start))
+        self._set(title, Text(meaning.strip()), start)
