@@ -34,6 +34,7 @@ class Turn:
     ended: float
     step_ms: list[float] = field(default_factory=list)
     peak_rss_mb: float | None = None  # the job's processes (workers too) at their largest in the turn
+    peak_cuda_mb: float | None = None  # the CUDA allocator's peak since the arm started (a GPU job)
 
     @property
     def mean_ms(self) -> float | None:
@@ -85,6 +86,8 @@ class Arms:
                           "steps": len(self.steps(arm)),
                           "peak_rss_mb": max((t.peak_rss_mb for t in self.turns if t.arm == arm
                                               and t.peak_rss_mb is not None), default=None),
+                          "peak_cuda_mb": max((t.peak_cuda_mb for t in self.turns if t.arm == arm
+                                               and t.peak_cuda_mb is not None), default=None),
                           "vs_a": _r(median(ratios)) if ratios else None,
                           "vs_a_min": _r(min(ratios)) if ratios else None,
                           "vs_a_max": _r(max(ratios)) if ratios else None})
@@ -101,6 +104,18 @@ class Arms:
 
 
 ABResult = Arms  # two arms: the launched job and one change
+
+
+def _cuda_peak_mb(target: LaunchTarget, conn: Any, step_ms: list[float]) -> float | None:
+    """The arm's CUDA allocator peak (max allocated, MB), asked while it still runs: the agent
+    answers at its next step. None for a job on the CPU (the agent says it has no CUDA)."""
+    if target.agent is None or conn is None or "cuda" not in conn.capabilities:
+        return None
+    typical_s = (median(step_ms) or 0.0) / 1000
+    reply = target.agent.request("cuda", {}, timeout=min(max(1.0, 3 * typical_s), 10.0), name="peak")
+    if not reply.ok:
+        return None
+    return round(float(reply.result.get("max_allocated", 0)) / 2**20, 1)
 
 
 def _tree_rss_mb(pid: int | None) -> float | None:
@@ -216,7 +231,8 @@ class TurnExperiment:
         rows = list(conn.steps) if conn is not None else []
         step_ms = [round(r[1] * 1000, 3) for r in rows if r[0] <= ended and r[0] - r[1] >= started]
         return Turn(arm=arm, started=started, ended=ended, step_ms=step_ms,
-                    peak_rss_mb=round(peak, 1) if peak is not None else None)
+                    peak_rss_mb=round(peak, 1) if peak is not None else None,
+                    peak_cuda_mb=_cuda_peak_mb(target, conn, step_ms))
 
 
 class ABExperiment(TurnExperiment):

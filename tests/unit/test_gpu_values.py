@@ -4,6 +4,7 @@ samples adds up to, what a device cannot report, and the CUDA capability's arith
 from __future__ import annotations
 
 import traceback
+from typing import Any
 
 import pytest
 from nvml_fake import FakeGpu, fake_pynvml
@@ -135,3 +136,56 @@ def test_the_loops_step_time_on_a_gpu_is_the_devices() -> None:
     LoopSteps._add_device_time([done, AgentReply(False, error="the job has not initialised CUDA (...)")],
                                values, missing)
     assert not values and "not initialised CUDA" in missing["device_step_ms_median"]
+
+
+class _PeakAgent:
+    """What the cuda capability uses of the agent: torch, step listeners, replies."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.listeners: list[Any] = []
+        self.replies: list[tuple[str, Any, Any]] = []
+
+    def add_step_listener(self, capability: Any) -> None:
+        self.listeners.append(capability)
+
+    def remove_step_listener(self, capability: Any) -> None:
+        self.listeners.remove(capability)
+
+    def reply(self, request_id: Any, result: dict[str, Any]) -> None:
+        self.replies.append(("ok", request_id, result))
+
+    def fail(self, request_id: Any, error: str) -> None:
+        self.replies.append(("fail", request_id, error))
+
+
+def _fake_torch(initialized: bool, device: int = 3) -> Any:
+    from types import SimpleNamespace
+
+    cuda = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: initialized,
+                           current_device=lambda: device, max_memory_allocated=lambda: 3 * 2**30,
+                           max_memory_reserved=lambda: 4 * 2**30)
+    return SimpleNamespace(cuda=cuda)
+
+
+def test_the_cuda_peak_is_read_at_the_next_step_on_the_training_thread_and_nothing_is_reset() -> None:
+    from fieldguide.agent.inside.capabilities.cuda import CudaWatch
+
+    agent = _PeakAgent(_fake_torch(initialized=True))
+    watch = CudaWatch(agent)  # type: ignore[arg-type]
+    watch.start()
+    watch.on_request("peak", 9, {})
+    assert agent.replies == [] and agent.listeners == [watch]  # answered at a step boundary, not on our thread
+    watch.on_step()
+    assert agent.replies == [("ok", 9, {"device": 3, "max_allocated": 3 * 2**30, "max_reserved": 4 * 2**30})]
+    assert agent.listeners == []
+
+
+def test_a_job_without_cuda_gets_no_peak_but_the_reason() -> None:
+    from fieldguide.agent.inside.capabilities.cuda import CudaWatch
+
+    agent = _PeakAgent(_fake_torch(initialized=False))
+    watch = CudaWatch(agent)  # type: ignore[arg-type]
+    watch.start()
+    watch.on_request("peak", 4, {})
+    assert agent.replies == [("fail", 4, "the job has not initialised CUDA (no work on a GPU to measure)")]

@@ -87,7 +87,7 @@ def test_a_report_shows_each_arm_and_the_verdict() -> None:
                                      {"cause": "host.sync", "ran": False, "why": "a code change"}])
     text = to_markdown(findings)
     assert "### Fix of input.waiting tried, 3 rounds in turns" in text
-    assert "| arm b | 50 (50-50) | 30 | 50% (50%-50%) | num_workers=4 at train.py:90 |" in text
+    assert "| arm b | 50 (50-50) | 30 | 50% (50%-50%) | n/a | num_workers=4 at train.py:90 |" in text
     assert "arm b helps; the sweep scales with workers" in text
     assert "### Fix of host.sync not tried" in text and "a code change" in text
     assert Findings.from_json(findings.to_json()).experiments == findings.experiments
@@ -110,3 +110,19 @@ def test_each_arm_reports_its_peak_resident_memory_beside_its_speed():
              Turn("a", 2, 3, [11.0], peak_rss_mb=950.0), Turn("b", 3, 4, [9.5], peak_rss_mb=None)]
     rows = {r["arm"]: r for r in Arms({"a": "as launched", "b": "fixed"}, turns).rows()}
     assert rows["as launched"]["peak_rss_mb"] == 950.0 and rows["fixed"]["peak_rss_mb"] == 600.0
+
+
+def test_each_arm_reports_its_cuda_peak_where_it_has_one_and_the_reports_show_both_peaks():
+    from fieldguide.report.findings import experiment_rows
+
+    turns = [Turn("a", 0, 1, [10.0], peak_rss_mb=900.0, peak_cuda_mb=2048.0),
+             Turn("b", 1, 2, [9.0], peak_rss_mb=600.0, peak_cuda_mb=1536.5),
+             Turn("a", 2, 3, [11.0], peak_rss_mb=950.0, peak_cuda_mb=2100.0), Turn("b", 3, 4, [9.5])]
+    rows = Arms({"a": "as launched", "b": "fixed"}, turns).rows()
+    assert [r["peak_cuda_mb"] for r in rows] == [2100.0, 1536.5]
+    [(_, table, _)] = experiment_rows([{"cause": "memory.activations", "ran": True, "rounds": 2, "verdict": "",
+                                        "arms": rows}])
+    assert [row[4] for row in table] == ["950 RSS, 2100 CUDA", "600 RSS, 1536 CUDA"]
+    cpu = Arms({"a": "as launched"}, [Turn("a", 0, 1, [10.0], peak_rss_mb=512.0)]).rows()
+    [(_, table, _)] = experiment_rows([{"cause": "x", "ran": True, "rounds": 1, "verdict": "", "arms": cpu}])
+    assert table[0][4] == "512 RSS"

@@ -274,9 +274,16 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
     )
 
 
+def _peaks(arm: dict[str, Any]) -> str:
+    """An arm's peak memory: resident (its processes) and, on a GPU, the CUDA allocator's."""
+    rss, cuda = arm.get("peak_rss_mb"), arm.get("peak_cuda_mb")
+    said = [f"{rss:.0f} RSS" if isinstance(rss, (int, float)) else "", f"{cuda:.0f} CUDA" if isinstance(cuda, (int, float)) else ""]
+    return ", ".join(part for part in said if part) or "n/a"
+
+
 def experiment_rows(experiments: list[dict[str, Any]]) -> list[tuple[str, list[list[str]], str]]:
     """Per experiment: its title, a row per arm (arm, step ms with quartiles, steps, vs the job,
-    what was applied), and its verdict or why it did not run."""
+    peak memory, what was applied), and its verdict or why it did not run."""
     found: list[tuple[str, list[list[str]], str]] = []
     for exp in experiments:
         if not exp.get("ran"):
@@ -288,7 +295,7 @@ def experiment_rows(experiments: list[dict[str, Any]]) -> list[tuple[str, list[l
                      f"{arm['vs_a']:.0%} ({arm['vs_a_min']:.0%}-{arm['vs_a_max']:.0%})")
             spread = (f"{arm['step_ms']:.3g} ({arm['step_ms_q1']:.3g}-{arm['step_ms_q3']:.3g})"
                       if arm.get("step_ms") is not None else "n/a")
-            rows.append([str(arm["arm"]), spread, str(arm["steps"]), ratio or "baseline",
+            rows.append([str(arm["arm"]), spread, str(arm["steps"]), ratio or "baseline", _peaks(arm),
                          "; ".join(arm.get("applied") or [])])
         verdict = str(exp.get("verdict", "")) + (f"; the sweep {exp['shape']}" if exp.get("shape") else "")
         found.append((f"Fix of {exp['cause']} tried, {exp.get('rounds')} rounds in turns", rows, verdict))

@@ -59,7 +59,7 @@ def panel_title(findings: Findings) -> str:
 
 
 FOUND_ROWS = 8
-EXPERIMENT_COLUMNS = ("arm", "step ms (quartiles)", "steps", "vs as launched (rounds)", "applied")
+EXPERIMENT_COLUMNS = ("arm", "step ms (quartiles)", "steps", "vs as launched (rounds)", "peak MB", "applied")
 
 
 def found_table(rows: list[dict[str, Any]], units: dict[str, str]) -> Table:

@@ -6,6 +6,9 @@ job's own frame that made it, and not shown. The job's mode and warning filters 
 `device_time`: CUDA events recorded at step boundaries give the device's time per step beside
 the host's interval (an unsynchronized host loop runs ahead of the device); the last event is
 waited for on a thread of ours, never the training thread.
+`peak`: the caching allocator's peaks since the job started (max allocated and reserved), read at
+the next step boundary on the training thread, whose current device is the job's (an agent
+thread's is device 0). Nothing is reset: the job's own peak statistics stay as they were.
 A job that has not initialised CUDA gets a failed reply saying so: nothing is initialised for it.
 """
 
@@ -46,7 +49,7 @@ def user_site(stack: list[traceback.FrameSummary]) -> str:
 
 class CudaWatch(Capability):
     name = "cuda"
-    requests = ("syncs", "device_time")
+    requests = ("syncs", "device_time", "peak")
 
     def start(self) -> None:
         self.lock = threading.Lock()
@@ -82,6 +85,9 @@ class CudaWatch(Capability):
         with self.lock:
             start_syncs = self.pending.pop("syncs", None)
             start_timing = self.pending.pop("device_time", None)
+            peak = self.pending.pop("peak", None)
+        if peak is not None:
+            self.send_peak(torch, peak)
         if self.sync_run is not None:
             self.sync_run["steps_done"] += 1
             if self.sync_run["steps_done"] >= self.sync_run["steps"]:
@@ -134,6 +140,14 @@ class CudaWatch(Capability):
                                      "seconds": time.monotonic() - run["t0"],
                                      "sites": [{"where": w, "count": c, "per_step": c / run["steps"]}
                                                for w, c in sites]})
+
+    def send_peak(self, torch: Any, request: dict[str, Any]) -> None:
+        try:
+            self.agent.reply(request["id"], {"device": int(torch.cuda.current_device()),
+                                             "max_allocated": int(torch.cuda.max_memory_allocated()),
+                                             "max_reserved": int(torch.cuda.max_memory_reserved())})
+        except Exception as err:
+            self.agent.fail(request["id"], f"reading the CUDA allocator's peaks failed: {type(err).__name__}: {err}")
 
     def record_event(self, torch: Any) -> None:
         timing = self.timing
