@@ -581,6 +581,17 @@ def test_source_reader_fills_main_thread_samples_from_parse_raw(tmp_path):
     assert values["io_fraction"] == 1.0
 
 
+def test_source_reader_leaves_torch_lines_unread(tmp_path):
+    # Their source never decides a category, and torch's files are large: not parsed at all.
+    torch_file = tmp_path / "site-packages" / "torch" / "nn" / "modules" / "module.py"
+    torch_file.parent.mkdir(parents=True)
+    torch_file.write_text(SOURCE)
+    line = f'{PROC};thread ({MAIN_PID}): MainThread;<module> (train.py:10);save ({torch_file}:8) 12'
+    [s] = parse_raw(line, MAIN_PID)
+    SourceReader(pid=os.getpid()).fill([s])
+    assert s.leaf_source == ""
+
+
 GET_BATCH_SLEEPING = ["get_batch (train.py:20)"]  # py-spy shows the line; the sleep is a C call
 GET_BATCH_WORKING = ["get_batch (train.py:22)", "<listcomp> (train.py:22)"]
 BACKWARD_FROM_MODULE = ["Tensor.backward (torch/_tensor.py:581)", "backward (torch/autograd/__init__.py:347)"]

@@ -109,6 +109,11 @@ def _producing(stack: list[Frame], start: int) -> bool:
     return False
 
 
+def in_torch(file: str) -> bool:
+    """A frame in torch's own files: its line's source never decides the category."""
+    return bool(_TORCH.search(file))
+
+
 def classify_call(source: str) -> str | None:
     """The category of the C call a blocked line makes, from the line's source; None if unknown."""
     for category, pattern in _CALLS:
@@ -130,7 +135,7 @@ def classify_main(stack: list[Frame], leaf_source: str = "") -> str:
                 return STARTUP
             if func.endswith("__next__") or func.endswith("_next_data"):
                 return PRODUCE if _producing(stack, i) else DATA_WAIT
-    if leaf_source and stack and not _TORCH.search(stack[-1][1]):
+    if leaf_source and stack and not in_torch(stack[-1][1]):
         called = classify_call(leaf_source)
         if called is not None:
             return called

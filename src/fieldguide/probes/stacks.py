@@ -161,9 +161,14 @@ class SourceReader:
         return "\n".join(lines[start - 1:end])
 
     def fill(self, samples: Iterable[ThreadSample]) -> None:
-        """Set `leaf_source` on the main process's main-thread samples."""
+        """Set `leaf_source` on the main process's main-thread samples. Not inside torch: the
+        classifier reads the calls on the job's lines and the standard library's, never on torch's
+        (whose large files cost tens of milliseconds each to parse)."""
+        from fieldguide.probes.stackclass import in_torch
+
         for s in samples:
-            if s.role == "main" and s.thread == "MainThread" and s.stack and s.leaf_line:
+            if s.role == "main" and s.thread == "MainThread" and s.stack and s.leaf_line \
+                    and not in_torch(s.stack[-1][1]):
                 s.leaf_source = self.statement(s.stack[-1][1], s.leaf_line)
 
 
