@@ -12,6 +12,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+RUN_QUEUE_SAID = 0.1  # a rank runnable but waiting for a CPU this much of the time: said in its verdict
+
 
 @dataclass
 class RankStats:
@@ -25,6 +27,7 @@ class RankStats:
     producer_cpu: float | None = None  # of the input time, on the CPU (producing, not waiting)
     batch_elements: float | None = None  # median elements of the first forward's first tensor per step
     steps_per_s: float | None = None
+    run_queue: float | None = None  # fraction of the time runnable but waiting for a CPU (the node's cores busy)
     verdict: str = ""  # this rank's own reading, filled by compare()
 
     @property
@@ -43,7 +46,7 @@ class RankStats:
         row["own_ms"] = None if self.own_ms is None else round(self.own_ms, 3)
         for key in ("step_ms",):
             row[key] = None if row[key] is None else round(row[key], 3)
-        for key in ("data_wait", "collective_wait", "producer_cpu"):
+        for key in ("data_wait", "collective_wait", "producer_cpu", "run_queue"):
             row[key] = None if row[key] is None else round(row[key], 4)
         row["steps_per_s"] = None if self.steps_per_s is None else round(self.steps_per_s, 2)
         row["batch_elements"] = None if self.batch_elements is None else round(self.batch_elements)
@@ -131,6 +134,11 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
     for r in measured:
         r.verdict = ("slowest own work: " + values["slowest_reading"]) if r is slowest else (
             f"waits {r.collective_wait or 0.0:.0%} of its step in collectives")
+        if r.run_queue is not None and r.run_queue >= RUN_QUEUE_SAID:
+            r.verdict += f"; {r.run_queue:.0%} of its time runnable, waiting for a CPU (the node's cores are busy)"
+    queues = [r.run_queue for r in measured if r.run_queue is not None]
+    if queues:
+        values["run_queue_max"] = round(max(queues), 4)
     return values
 
 

@@ -143,3 +143,41 @@ def test_a_launchers_ranks_are_found_by_their_environment(tmp_path):
 
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_off_cpu_and_run_queue_shares_of_a_window() -> None:
+    from fieldguide.probes.dist import off_cpu_shares
+
+    # 4 s: 1.6 s on a CPU, 1.2 s runnable but the cores busy, 1.2 s blocked. The wait is judged on
+    # the whole time off the CPU (gloo's threads take the cores the main thread waits for); the
+    # run-queue share is read beside it.
+    off_cpu, queued = off_cpu_shares((10.0, 5.0), (11.6, 6.2), 4.0)
+    assert off_cpu == pytest.approx(0.6) and queued == pytest.approx(0.3)
+    # Without schedstat (psutil's CPU time alone): no run-queue reading.
+    assert off_cpu_shares((10.0, None), (11.6, None), 4.0) == (pytest.approx(0.6), None)
+    assert off_cpu_shares(None, (11.6, 6.2), 4.0) == (None, None)
+
+
+def test_main_thread_times_read_this_process() -> None:
+    import os
+
+    from fieldguide.probes.dist import main_thread_times
+
+    first = main_thread_times(os.getpid())
+    sum(i * i for i in range(200_000))  # some CPU on the main thread
+    second = main_thread_times(os.getpid())
+    assert first is not None and second is not None and second[0] > first[0]
+    if os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat"):
+        assert first[1] is not None and second[1] is not None and second[1] >= first[1]
+
+
+def test_a_rank_that_waits_for_a_cpu_says_so_in_its_verdict() -> None:
+    ranks = [RankStats(rank=0, pid=1, host="h", steps=0, step_ms=None, data_wait=0.0, collective_wait=0.1,
+                       run_queue=0.25),
+             RankStats(rank=1, pid=2, host="h", steps=0, step_ms=None, data_wait=0.0, collective_wait=0.12,
+                       run_queue=0.02)]
+    values = compare(ranks)
+    assert values["run_queue_max"] == 0.25
+    assert ranks[0].verdict.endswith("25% of its time runnable, waiting for a CPU (the node's cores are busy)")
+    assert "waiting for a CPU" not in ranks[1].verdict
+    assert ranks[0].row()["run_queue"] == 0.25

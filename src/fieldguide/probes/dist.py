@@ -37,7 +37,8 @@ class RankComparison(Probe):
               "others_own_ms": "ms", "own_work_ratio": "x", "slowest_wait_fraction": "fraction",
               "others_wait_fraction": "fraction", "wait_gap": "fraction", "comm_fraction_min": "fraction", "comm_fraction_max": "fraction",
               "slowest_data_wait": "fraction", "slowest_producer_cpu": "fraction", "slowest_reading": "",
-              "step_ms_median": "ms", "work_ratio": "x", "slowest_has_most_work": "", "step_rate_ratio": "x"}
+              "step_ms_median": "ms", "work_ratio": "x", "slowest_has_most_work": "", "step_rate_ratio": "x",
+              "run_queue_max": "fraction"}
 
     def run(self, ctx: ProbeContext, seconds: float = 4.0) -> Measurement:
         agent = getattr(ctx.target, "agent", None)
@@ -96,15 +97,18 @@ class RankComparison(Probe):
         started = time.monotonic()
         seconds = max(2.0, min(seconds, ctx.budget_left))
         self.reading(ctx, elapsed=0.0, of=seconds, status=f"sampling {len(ranks)} ranks with py-spy")
-        cpu_before = {r["rank"]: main_thread_cpu(r["pid"]) for r in ranks}
+        times_before = {r["rank"]: main_thread_times(r["pid"]) for r in ranks}
         wall_before = time.monotonic()
         results = self._sample_ranks(ctx, ranks, seconds)
         wall = time.monotonic() - wall_before
-        off_cpu = {}
+        off_cpu: dict[int, float] = {}
+        queued: dict[int, float] = {}
         for r in ranks:
-            after, before = main_thread_cpu(r["pid"]), cpu_before[r["rank"]]
-            if after is not None and before is not None and wall > 0:
-                off_cpu[r["rank"]] = min(max(1.0 - (after - before) / wall, 0.0), 1.0)
+            away, run_queue = off_cpu_shares(times_before[r["rank"]], main_thread_times(r["pid"]), wall)
+            if away is not None:
+                off_cpu[r["rank"]] = away
+            if run_queue is not None:
+                queued[r["rank"]] = run_queue
         stats = []
         for rank in ranks:
             m = results.get(rank["rank"])
@@ -117,11 +121,13 @@ class RankComparison(Probe):
             # sampled shares are compared (its own work = the part it is not waiting).
             stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0, step_ms=None,
                                    data_wait=m.values.get("data_wait_fraction"),
-                                   collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction")))
+                                   collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction"),
+                                   run_queue=queued.get(rank["rank"])))
         return self._judged(stats, max(r["world_size"] for r in ranks), time.monotonic() - started,
-                            f"each rank's main-thread CPU time (psutil) and py-spy ({seconds:.0f} s at {RANK_SAMPLE_HZ} Hz, "
-                            "--idle and on-CPU): the time off the CPU, in the share of idle samples inside torch.distributed or "
-                            "backward(), is the wait for the other ranks; shares of each rank's time (step times "
+                            f"each rank's main-thread CPU and run-queue time (/proc schedstat, else psutil's CPU time) and "
+                            f"py-spy ({seconds:.0f} s at {RANK_SAMPLE_HZ} Hz, --idle and on-CPU): the time off the CPU, in "
+                            "the share of idle samples inside torch.distributed or backward(), is the wait for the other "
+                            "ranks (the run-queue time is shown per rank); shares of each rank's time (step times "
                             "need the agent: launch mode)")
 
     def _sample_ranks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> dict[int, Measurement]:
@@ -177,6 +183,36 @@ def parent_pid(pid: int) -> int | None:
         return int(psutil.Process(pid).ppid())
     except psutil.Error:
         return None
+
+
+def main_thread_times(pid: int) -> tuple[float, float | None] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of a process's main thread, from
+    /proc/PID/task/PID/schedstat; without schedstat, psutil's CPU time and no run-queue time."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            on_cpu_ns, queued_ns, _ = f.read().split()
+        return int(on_cpu_ns) / 1e9, int(queued_ns) / 1e9
+    except (OSError, ValueError):
+        cpu = main_thread_cpu(pid)
+        return None if cpu is None else (cpu, None)
+
+
+def off_cpu_shares(before: tuple[float, float | None] | None, after: tuple[float, float | None] | None,
+                   wall: float) -> tuple[float | None, float | None]:
+    """Of `wall` seconds: the share a thread was off the CPU, and the part of it spent runnable,
+    waiting for a CPU (the node's cores busy). None where it was not read.
+
+    The wait for the other ranks is judged on the whole time off the CPU: with gloo, the
+    communication's own threads take the cores the main thread waits for, so a communication-bound
+    job's wait is partly run-queue time (its zoo job read 38% blocked, 61-72% off the CPU). The
+    run-queue share is shown beside it: a rank that waits for a CPU on a node whose cores are all
+    busy can read as waiting for the others."""
+    if before is None or after is None or wall <= 0:
+        return None, None
+    ran = after[0] - before[0]
+    queued = after[1] - before[1] if after[1] is not None and before[1] is not None else None
+    off_cpu = 1.0 - ran / wall
+    return min(max(off_cpu, 0.0), 1.0), None if queued is None else min(max(queued / wall, 0.0), 1.0)
 
 
 def main_thread_cpu(pid: int) -> float | None:
