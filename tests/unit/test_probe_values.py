@@ -9,6 +9,8 @@ import pytest
 
 from fieldguide.access import CAP_SYS_PTRACE, classify_py_spy_failure, ptrace_denial
 from fieldguide.errors import BadInput
+from fieldguide.measurement import Measurement
+from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.env import parse_torch_version_file
 from fieldguide.probes.gpu import NvmlUnavailable, describe_device, nvml_devices
 from fieldguide.probes.loop import LoopSteps, loop_values
@@ -442,3 +444,40 @@ def test_a_transient_py_spy_failure_is_retried_before_refusing_a_pid(monkeypatch
     monkeypatch.setattr(targets.AttachTarget, "alive", lambda self: True)
     target._check_readable()  # no exception: the second dump worked
     assert len(calls) == 2
+
+
+class _Attached:
+    """An attached target as training.activity sees it: no agent, alive."""
+
+    agent = None
+    pid = 4242
+
+    def alive(self) -> bool:
+        return True
+
+
+def _window(samples: int, backward: float, forward: float) -> Measurement:
+    return Measurement(probe="stacks.sample", values={"samples": samples, "backward_fraction": backward,
+                                                      "optimizer_fraction": 0.0, "forward_fraction": forward},
+                       evidence={"top_stacks": [{"stack": "select (selectors.py) ← get_batch (train.py)"}]})
+
+
+def test_a_loop_starved_of_input_is_looked_at_longer_before_it_is_called_not_training() -> None:
+    from fieldguide.probes.training import TrainingActivity
+
+    asked: list[dict[str, Any]] = []
+    windows = [_window(120, 0.0, 0.0), _window(400, 0.01, 0.005)]  # the first window missed its rare steps
+
+    def measure(probe: str, params: dict[str, Any]) -> Measurement:
+        asked.append(params)
+        return windows[len(asked) - 1]
+
+    m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
+    assert asked == [{}, {"seconds": 8.0, "rate": 50}]
+    assert m.ok and m.values["trains"] is True and m.values["samples"] == 520
+
+    asked.clear()
+    windows = [_window(120, 0.0, 0.0), _window(400, 0.0, 0.0)]  # nothing in either: not training, with where it is
+    m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
+    assert not m.ok and "no forward or backward in 520 samples" in m.unavailable
+    assert "select (selectors.py)" in m.unavailable

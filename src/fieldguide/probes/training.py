@@ -82,9 +82,10 @@ class TrainingActivity(Probe):
         assert ctx.measure is not None
         started = time.monotonic()
         windows = [ctx.measure("stacks.sample", {})]
-        if windows[0].ok and self._counts(windows)[0] == 0 and self._counts(windows)[1] > 0:
-            # Forwards but no backward yet. A loop that waits for data 98% of the time shows backward in a sample or two a second:
-            # look longer and denser before calling it a model being served.
+        if windows[0].ok and self._counts(windows)[0] == 0 and ctx.target.alive():
+            # No backward yet. A loop that waits for data 98% of the time shows its forward and
+            # backward in a sample or two a second, or in none of a window's 120: look longer and
+            # denser before calling it a model being served, or not training at all.
             windows.append(ctx.measure("stacks.sample", {"seconds": 8.0, "rate": 50}))
         usable = [w for w in windows if w.ok]
         if not usable:
