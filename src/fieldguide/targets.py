@@ -29,6 +29,8 @@ from fieldguide.agent.channel import AgentConnection, AgentServer
 from fieldguide.errors import BadInput, TargetFailed
 
 LOG_LINES_KEPT = 400
+# What ends a walk (cli._Interrupts): held back while a job is started or ended, delivered after.
+_ENDING_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 @functools.lru_cache(maxsize=1)
@@ -213,7 +215,14 @@ class LaunchTarget(Target):
         try:
             self._start({**self.base_env, **self.extra_env})
         except BaseException:
-            # A failed set-up leaves nothing behind: no socket, no thread, no directory.
+            # A failed or interrupted set-up leaves nothing behind: no job, no socket, no thread, no directory.
+            popen = getattr(self, "popen", None)
+            if popen is not None and popen.poll() is None:
+                try:
+                    os.killpg(popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                popen.wait(timeout=5)
             if self.agent is not None:
                 self.agent.close()
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -239,12 +248,20 @@ class LaunchTarget(Target):
             child_env["FIELDGUIDE_AGENT_ARM"] = ",".join(self._arm)
         child_env.setdefault("PYTHONUNBUFFERED", "1")  # so its output reaches us as it happens
         self.started = time.monotonic()
+        # Ctrl-C, SIGTERM and SIGHUP wait until the job's Popen is ours: one that arrived between
+        # the fork and the assignment would leave a job nobody ends.
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
         try:
             # Its own session: a Ctrl-C meant for fieldguide does not hit the job; we end it ourselves.
             self.popen = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
         except OSError as err:
             raise TargetFailed(f"cannot start {self.cmd[0]}: {err.strerror}") from None
+        finally:
+            if on_main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING_SIGNALS)
         self._reader = threading.Thread(target=self._read_output, name="fieldguide-target-output", daemon=True)
         self._reader.start()
 
@@ -408,16 +425,15 @@ class LaunchTarget(Target):
             self._close_done.wait(timeout=20)
             return
         # Ctrl-C, SIGTERM and SIGHUP wait until the job is ended: delivered after, not halfway.
-        blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
         on_main = threading.current_thread() is threading.main_thread()
         if on_main:
-            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+            signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
         try:
             self._end_job()
         finally:
             self._close_done.set()
             if on_main:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING_SIGNALS)
 
     def _end_job(self) -> None:
         self.resume()  # a paused job cannot handle the signals that end it cleanly

@@ -70,3 +70,35 @@ def test_a_socket_path_too_long_is_a_one_line_failure_and_leaves_nothing(monkeyp
     with pytest.raises(TargetFailed, match="cannot open the agent channel"):
         LaunchTarget([sys.executable, "-c", "pass"])
     assert list(deep.iterdir()) == []
+
+
+def test_an_interrupt_while_the_job_starts_leaves_no_job_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    import psutil
+
+    import fieldguide.targets as targets
+
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_interrupted(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kwargs)  # type: ignore[call-overload]
+        started.append(proc)
+        return proc
+
+    class InterruptedThread(threading.Thread):
+        def start(self) -> None:
+            if self.name == "fieldguide-target-output":  # the next thing after the job is spawned: Ctrl-C lands here
+                raise KeyboardInterrupt
+            super().start()
+
+    monkeypatch.setattr(targets.subprocess, "Popen", popen_then_interrupted)
+    monkeypatch.setattr(targets.threading, "Thread", InterruptedThread)
+    with pytest.raises(KeyboardInterrupt):
+        LaunchTarget([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert len(started) == 1
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(started[0].pid) and started[0].poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started[0].poll() is not None, "the job was left running"
