@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 import shutil
@@ -11,7 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,19 @@ from fieldguide.errors import BadInput, TargetFailed
 LOG_LINES_KEPT = 400
 # What ends a walk (cli._Interrupts): held back while a job is started or ended, delivered after.
 _ENDING_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@contextlib.contextmanager
+def ending_signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (only the main thread gets them)."""
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
+    try:
+        yield
+    finally:
+        if on_main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING_SIGNALS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -250,18 +264,13 @@ class LaunchTarget(Target):
         self.started = time.monotonic()
         # Ctrl-C, SIGTERM and SIGHUP wait until the job's Popen is ours: one that arrived between
         # the fork and the assignment would leave a job nobody ends.
-        on_main = threading.current_thread() is threading.main_thread()
-        if on_main:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
-        try:
-            # Its own session: a Ctrl-C meant for fieldguide does not hit the job; we end it ourselves.
-            self.popen = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
-        except OSError as err:
-            raise TargetFailed(f"cannot start {self.cmd[0]}: {err.strerror}") from None
-        finally:
-            if on_main:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING_SIGNALS)
+        with ending_signals_held():
+            try:
+                # Its own session: a Ctrl-C meant for fieldguide does not hit the job; we end it ourselves.
+                self.popen = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
+            except OSError as err:
+                raise TargetFailed(f"cannot start {self.cmd[0]}: {err.strerror}") from None
         self._reader = threading.Thread(target=self._read_output, name="fieldguide-target-output", daemon=True)
         self._reader.start()
 
@@ -425,15 +434,11 @@ class LaunchTarget(Target):
             self._close_done.wait(timeout=20)
             return
         # Ctrl-C, SIGTERM and SIGHUP wait until the job is ended: delivered after, not halfway.
-        on_main = threading.current_thread() is threading.main_thread()
-        if on_main:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
-        try:
-            self._end_job()
-        finally:
-            self._close_done.set()
-            if on_main:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING_SIGNALS)
+        with ending_signals_held():
+            try:
+                self._end_job()
+            finally:
+                self._close_done.set()
 
     def _end_job(self) -> None:
         self.resume()  # a paused job cannot handle the signals that end it cleanly
