@@ -156,10 +156,12 @@ class AttachTarget(Target):
             return  # the stack probe will say py-spy is missing; psutil probes still work
         failure = ""
         # A non-blocking dump can catch the interpreter mid-change ("Failed to get stack
-        # traces"): only a failure that repeats says the process cannot be read.
-        for _ in range(3):
+        # traces"; a quarter of dumps on a loop under detect_anomaly, and they come in runs):
+        # after three, one blocking dump (a pause of milliseconds, once) settles whether the
+        # process can be read.
+        for flags in (["--nonblocking"], ["--nonblocking"], ["--nonblocking"], []):
             try:
-                done = subprocess.run([spy, "dump", "--pid", str(self._pid), "--nonblocking"], capture_output=True,
+                done = subprocess.run([spy, "dump", "--pid", str(self._pid), *flags], capture_output=True,
                                       text=True, timeout=15, env=dict(os.environ, RUST_BACKTRACE="0"))
             except subprocess.TimeoutExpired:
                 return

@@ -446,6 +446,37 @@ def test_a_transient_py_spy_failure_is_retried_before_refusing_a_pid(monkeypatch
     assert len(calls) == 2
 
 
+def test_a_run_of_transient_failures_is_settled_by_one_blocking_dump(monkeypatch):
+    """Non-blocking dumps of a busy loop fail in runs; a blocking one reads it, and only then is
+    the pid readable. Three failed non-blocking dumps alone would refuse it."""
+    import types
+
+    from fieldguide import targets
+
+    calls: list[list[str]] = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        code = 1 if "--nonblocking" in cmd else 0
+        return types.SimpleNamespace(returncode=code, stderr="Error: Failed to get stack traces\n", stdout="")
+
+    monkeypatch.setattr(targets.subprocess, "run", fake_run)
+    monkeypatch.setattr(targets.time, "sleep", lambda s: None)
+    monkeypatch.setattr(targets, "py_spy_path", lambda: "/usr/bin/py-spy")
+    target = targets.AttachTarget.__new__(targets.AttachTarget)
+    target._pid = 4242
+    monkeypatch.setattr(targets.AttachTarget, "alive", lambda self: True)
+    target._check_readable()
+    assert [("--nonblocking" in c) for c in calls] == [True, True, True, False]
+
+    calls.clear()
+    monkeypatch.setattr(targets.subprocess, "run", lambda cmd, **kw: (calls.append(cmd), types.SimpleNamespace(
+        returncode=1, stderr="Error: Failed to get stack traces\n", stdout=""))[1])
+    with pytest.raises(BadInput, match="cannot read pid 4242"):
+        target._check_readable()
+    assert len(calls) == 4
+
+
 class _Attached:
     """An attached target as training.activity sees it: no agent, alive."""
 
