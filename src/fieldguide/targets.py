@@ -36,15 +36,27 @@ _ENDING_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 @contextlib.contextmanager
 def ending_signals_held() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (only the main thread gets them)."""
-    on_main = threading.current_thread() is threading.main_thread()
-    if on_main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING_SIGNALS)
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done, then reach their own handlers
+    (only the main thread gets them).
+
+    Held in Python, not with the signal mask: a child inherits the mask across fork and exec,
+    and a job started with them blocked could not be ended cleanly (it sat out 3 s of SIGINT and
+    3 s of SIGTERM until SIGKILL)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    # (A handler not set from Python reads None and cannot be put back: left alone.)
+    previous = {sig: h for sig in _ENDING_SIGNALS if (h := signal.getsignal(sig)) is not None}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: arrived.append(signum))
     try:
         yield
     finally:
-        if on_main:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _ENDING_SIGNALS)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(arrived):
+            signal.raise_signal(sig)  # to the handler it was meant for, now that the block is done
 
 
 @functools.lru_cache(maxsize=1)

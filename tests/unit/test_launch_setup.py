@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -102,3 +103,46 @@ def test_an_interrupt_while_the_job_starts_leaves_no_job_running(monkeypatch: py
     while psutil.pid_exists(started[0].pid) and started[0].poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert started[0].poll() is not None, "the job was left running"
+
+
+def ending_signals_blocked(pid: int) -> set[int]:
+    """The ending signals a process has blocked, from its SigBlk mask in /proc."""
+    import signal
+
+    mask = next(int(line.split()[1], 16) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("SigBlk:"))
+    return {sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if mask >> (sig - 1) & 1}
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the signal mask from /proc")
+def test_the_launched_job_can_be_interrupted_and_ends_on_sigint() -> None:
+    """Holding Ctrl-C while the job starts must not hand the job a mask that blocks it: a job
+    that inherits one ignores SIGINT and SIGTERM and is only ended by SIGKILL."""
+    import time
+
+    target = LaunchTarget([sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"])
+    try:
+        assert ending_signals_blocked(target.pid) == set()
+        started = time.monotonic()
+        target.close()
+        assert target.popen.returncode not in (None, -9), target.popen.returncode  # SIGINT ended it
+        assert time.monotonic() - started < 2.5
+    finally:
+        target.close()
+
+
+def test_a_signal_held_while_a_job_starts_reaches_its_handler_after() -> None:
+    import signal
+
+    from fieldguide.targets import ending_signals_held
+
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        with ending_signals_held():
+            signal.raise_signal(signal.SIGTERM)
+            assert got == []
+        assert got == [signal.SIGTERM]
+        assert ending_signals_blocked(os.getpid()) == set()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
