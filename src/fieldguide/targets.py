@@ -55,8 +55,8 @@ def ending_signals_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for sig in dict.fromkeys(arrived):
-            signal.raise_signal(sig)  # to the handler it was meant for, now that the block is done
+        for signum in dict.fromkeys(arrived):
+            signal.raise_signal(signum)  # to the handler it was meant for, now that the block is done
 
 
 @functools.lru_cache(maxsize=1)
