@@ -126,6 +126,7 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
         "wait_gap": round(found.wait_gap, 4),
         "comm_fraction_min": round(min(waits), 4),
         "comm_fraction_max": round(max(waits), 4),
+        "comm_fraction_mean": round(statistics.fmean(waits), 4),
         "slowest_data_wait": None if slowest.data_wait is None else round(slowest.data_wait, 4),
         "slowest_producer_cpu": None if slowest.producer_cpu is None else round(slowest.producer_cpu, 4),
     })

@@ -27,7 +27,7 @@ from fieldguide.tui.screens.walk import WalkScreen
 from fieldguide.tui.widgets.ranks import STRAGGLER_GLYPH, RankTable, rank_rows, straggler
 
 SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
-          "comm_fraction_min": 0.0, "comm_fraction_max": 0.0}
+          "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
 
 
 def rank(n: int, pid: int, step_ms: float, data_wait: float, wait: float, verdict: str) -> dict[str, Any]:
@@ -42,7 +42,7 @@ RANKS = [rank(0, 5100, 120.0, 0.02, 0.55, "waits 55% of its step in collectives"
          rank(2, 5102, 120.5, 0.03, 0.54, "waits 54% of its step in collectives"),
          rank(3, 5103, 119.8, 0.02, 0.56, "waits 56% of its step in collectives")]
 STRAGGLING = {"world_size": 4, "ranks_seen": 4, "ranks_measured": 4, "slowest_rank": 1, "own_work_ratio": 2.1,
-              "others_wait_fraction": 0.54, "comm_fraction_min": 0.04, "comm_fraction_max": 0.56}
+              "others_wait_fraction": 0.54, "comm_fraction_min": 0.04, "comm_fraction_max": 0.56, "comm_fraction_mean": 0.3}
 
 
 def recording(values: dict[str, Any], ranks: list[dict[str, Any]] | None) -> dict[str, Any]:

@@ -21,9 +21,11 @@ from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.ranks import RankStats, collective_fraction, compare
 
-RANK_SAMPLE_HZ = 10  # each rank sampled twice (idle and on-CPU): 40 samples each in 4 s, for shares
+# Each rank sampled twice (idle and on-CPU): 80 samples each in 4 s. At 10 Hz one rank's share of
+# the wait moved by up to 0.15 between windows; non-blocking py-spy at 20 Hz costs a job nothing measurable.
+RANK_SAMPLE_HZ = 20
 SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
-          "comm_fraction_min": 0.0, "comm_fraction_max": 0.0}
+          "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
 
 
 @register
@@ -36,6 +38,7 @@ class RankComparison(Probe):
     values = {"world_size": "", "ranks_seen": "", "ranks_measured": "", "slowest_rank": "", "slowest_own_ms": "ms",
               "others_own_ms": "ms", "own_work_ratio": "x", "slowest_wait_fraction": "fraction",
               "others_wait_fraction": "fraction", "wait_gap": "fraction", "comm_fraction_min": "fraction", "comm_fraction_max": "fraction",
+              "comm_fraction_mean": "fraction",
               "slowest_data_wait": "fraction", "slowest_producer_cpu": "fraction", "slowest_reading": "",
               "step_ms_median": "ms", "work_ratio": "x", "slowest_has_most_work": "", "step_rate_ratio": "x",
               "run_queue_max": "fraction"}

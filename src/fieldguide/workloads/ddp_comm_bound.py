@@ -3,7 +3,7 @@
     python -m torch.distributed.run --nproc-per-node 2 ddp_comm_bound.py
 
 Four 2048x2048 layers side by side hold ~67 MB of parameters, and each rank trains
-them on a batch of 2 rows held in RAM.
+them on one row at a time, held in RAM (a micro-batch of 1, as in large-model fine-tuning).
 
 Problem: the compute per step is tiny next to the gradients: every step each rank
 all-reduces ~67 MB of gradients, and that communication, the same on both ranks,
@@ -27,7 +27,7 @@ FIELDGUIDE = {"playbook": "slow-training", "cause": "dist.comm_bound", "modes": 
               "python_args": ["-m", "torch.distributed.run", "--nproc-per-node", "2"]}
 
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
-WIDTH, LAYERS, BATCH, N = 2048, 4, 2, 4096
+WIDTH, LAYERS, BATCH, N = 2048, 4, 1, 4096
 CHECK_EVERY = 4  # steps between the ranks' check of the deadline
 
 
