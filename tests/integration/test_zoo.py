@@ -81,8 +81,32 @@ def diagnose(tmp_path: Path, playbook: str, *target: str) -> dict:
 STRAGGLER_RANK = {"ddp_straggler_input": 1}
 
 
+def busy_processes() -> str:
+    """The processes using the most CPU now: what else loaded the box when a walk read it wrong."""
+    import time
+
+    import psutil
+
+    procs = list(psutil.process_iter(["pid", "name", "cmdline"]))
+    for proc in procs:
+        try:
+            proc.cpu_percent()
+        except psutil.Error:
+            pass
+    time.sleep(1.0)
+    rows = []
+    for proc in procs:
+        try:
+            rows.append((proc.cpu_percent(), proc.pid, " ".join(proc.info["cmdline"] or [proc.info["name"]])[:120]))
+        except psutil.Error:
+            continue
+    return "\n".join(f"{cpu:5.0f}% {pid} {cmd}" for cpu, pid, cmd in sorted(rows, reverse=True)[:8])
+
+
 def assert_found(data: dict, want: workloads.Declaration) -> None:
-    path = json.dumps(data["path"], indent=1)
+    path = json.dumps({"path": data["path"], "ranks": data.get("ranks")}, indent=1)
+    if data["verdict"] != want.verdict or (data["first_departure"] or {}).get("cause") != want.cause:
+        path += "\nbusy processes after the walk:\n" + busy_processes()
     if want.name in STRAGGLER_RANK:
         slow = STRAGGLER_RANK[want.name]
         assert len(data["ranks"]) == 2, data.get("ranks")
