@@ -33,6 +33,7 @@ def test_ruff_is_clean() -> None:
     assert done.returncode == 0, done.stdout[-3000:]
 
 
+@pytest.mark.slow  # 40 s without a cache (CI's case): `make lint` and `make test-all` run it
 def test_mypy_is_clean_on_src() -> None:
     # The configuration is pyproject.toml's [tool.mypy]: strict on the core, defaults elsewhere.
     done = subprocess.run([*_tool("mypy")], cwd=ROOT, capture_output=True, text=True)
