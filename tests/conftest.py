@@ -31,20 +31,34 @@ def run_fieldguide(*args: str, timeout: float = 120, env: dict[str, str] | None 
 
 
 @pytest.fixture
-def workload_process():
-    """Start a zoo workload as a plain process (no agent), for attach tests; killed afterwards."""
+def workload_process(tmp_path_factory: pytest.TempPathFactory):
+    """Start a zoo workload as a plain process (no agent), for attach tests; killed afterwards.
+
+    Returned once it trains: the zoo's training loops print their first "step" line after 1.5 s
+    of steps. A fixed wait is not enough: 2 ranks under torchrun on 2 cores were still starting
+    (importing torch, DDP's first broadcast) 6 s in, and a walk that compared them then read
+    their start-up, not their steps. A workload declared not to train gets `warmup` seconds."""
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(name: str, warmup: float = 6.0) -> subprocess.Popen[bytes]:
+    def start(name: str, warmup: float = 6.0, trains_within: float = 60.0) -> subprocess.Popen[bytes]:
         from fieldguide import workloads
 
-        # Under its declared launcher (torchrun for a multi-rank workload): the test attaches to the launcher.
-        proc = subprocess.Popen(workloads.command(name, sys.executable),
-                                env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="90"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        log = tmp_path_factory.mktemp("workload") / f"{name}.log"
+        with log.open("wb") as out:
+            # Under its declared launcher (torchrun for a multi-rank workload): the test attaches to the launcher.
+            proc = subprocess.Popen(workloads.command(name, sys.executable),
+                                    env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="90", PYTHONUNBUFFERED="1"),
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         started.append(proc)
-        time.sleep(warmup)
-        assert proc.poll() is None, f"{name} exited early"
+        trains = workloads.declarations()[name].verdict != "inconclusive"
+        deadline = time.monotonic() + (trains_within if trains else warmup)
+        while time.monotonic() < deadline and proc.poll() is None:
+            if trains and b"step" in log.read_bytes():
+                break
+            time.sleep(0.2)
+        else:
+            assert not trains or proc.poll() is not None, f"{name} printed no step in {trains_within:.0f} s"
+        assert proc.poll() is None, f"{name} exited early: {log.read_text(errors='replace')[-2000:]}"
         return proc
 
     yield start
