@@ -22,8 +22,9 @@ ALWAYS_ATTACHED = {"getbatch_waiting", "served_not_trained"}
 # Compile walks pay a cold inductor compile each (15-80 s here): `make test` keeps one departure
 # and the job that compiles nothing; the rest of the compile zoo runs in `make test-all`.
 COMPILE_IN_MAKE_TEST = {"compile_item_branch", "compile_not_used"}
-# Launched elsewhere in `make test` with the same cause asserted (test_coldstart.py).
-LAUNCHED_ELSEWHERE = {"start_checkpoint_slow_storage"}
+# Launched elsewhere in `make test` with the same cause asserted (test_coldstart.py), and the other
+# slow-start departure (30 s: the same rule, the largest phase of the start, on another phase).
+LAUNCHED_ELSEWHERE = {"start_checkpoint_slow_storage", "start_index_dataset"}
 # Launched in `make test` even when another workload already shows their cause: the shapes of
 # training the brief names (no torch.optim, no DataLoader, two optimizers, closures, gradient
 # accumulation, a process that serves) and the plain DataLoader pipelines.
