@@ -512,3 +512,23 @@ def test_a_loop_starved_of_input_is_looked_at_longer_before_it_is_called_not_tra
     m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
     assert not m.ok and "no forward or backward in 520 samples" in m.unavailable
     assert "select (selectors.py)" in m.unavailable
+
+
+def test_a_forward_seen_too_rarely_to_expect_a_backward_is_walked_as_training() -> None:
+    """3 forwards in 520 samples and no backward is chance (a loop whose batches dwarf its model);
+    a forward in a third of the samples with no backward is a model being served."""
+    from fieldguide.probes.training import TrainingActivity
+
+    windows: list[Measurement] = []
+
+    def measure(probe: str, params: dict[str, Any]) -> Measurement:
+        return windows.pop(0)
+
+    windows[:] = [_window(120, 0.0, 0.0), _window(400, 0.0, 0.0075)]
+    m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
+    assert m.ok and m.values["trains"] is True and m.values["forward_samples"] == 3
+    assert "no backward" in m.provenance
+
+    windows[:] = [_window(120, 0.0, 0.4), _window(400, 0.0, 0.4)]
+    m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
+    assert not m.ok and "forward only: a model being served" in m.unavailable
