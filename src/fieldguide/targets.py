@@ -244,13 +244,9 @@ class LaunchTarget(Target):
             self._start({**self.base_env, **self.extra_env})
         except BaseException:
             # A failed or interrupted set-up leaves nothing behind: no job, no socket, no thread, no directory.
-            popen = getattr(self, "popen", None)
-            if popen is not None and popen.poll() is None:
-                try:
-                    os.killpg(popen.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                popen.wait(timeout=5)
+            if getattr(self, "popen", None) is not None and self.popen.poll() is None:
+                self._kill_session()
+                self.popen.wait(timeout=5)
             if self.agent is not None:
                 self.agent.close()
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -454,6 +450,13 @@ class LaunchTarget(Target):
             finally:
                 self._close_done.set()
 
+    def _kill_session(self) -> None:
+        """SIGKILL to the job's session (its own process group, from start_new_session)."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def _end_job(self) -> None:
         self.resume()  # a paused job cannot handle the signals that end it cleanly
         if self.popen.poll() is None:
@@ -467,11 +470,7 @@ class LaunchTarget(Target):
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        # Workers or grandchildren left in the job's session go with it.
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        self._kill_session()  # workers or grandchildren left in the job's session go with it
         self._reader.join(timeout=2)
         if self.agent is not None:
             self.agent.close()

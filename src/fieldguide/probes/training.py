@@ -20,6 +20,7 @@ STEP_SIGNALS = {"o": "optimizer.step", "k": "backward()"}
 # Forward samples with no backward it takes to call a process a model being served, not trained.
 FORWARDS_TO_CALL_SERVED = 6
 
+
 @register
 class TrainingActivity(Probe):
     id = "training.activity"
