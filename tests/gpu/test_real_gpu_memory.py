@@ -92,7 +92,8 @@ def test_another_process_holding_a_third_of_the_gpu_is_named(tmp_path: Path) -> 
 
 def test_the_caching_allocators_pool_is_measured(tmp_path: Path) -> None:
     data = diagnose(tmp_path, FRAGMENTS)
-    frag = next(p for p in data["path"] if p["node"] == "memory.fragmentation")
+    frag = next((p for p in data["path"] if p["node"] == "memory.fragmentation"), None)
+    assert frag is not None, [(p["node"], p["status"], p.get("measured")) for p in data["path"]]
     assert frag["status"] in ("pass", "depart"), frag
     values = data["evidence"]["memory.fragmentation"]["values"]
     assert values["reserved_mb"] >= values["allocated_mb"] > 0

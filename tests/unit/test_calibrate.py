@@ -285,7 +285,7 @@ def profile(median_kernel_us: float) -> FakeMeasure:
 
 def test_launch_bound_node_without_calibration_uses_10_us_and_says_so() -> None:
     node = find_playbook("low-gpu-util").nodes["device.launch-bound"]
-    result = judge(node, set(LAUNCH), profile(7.0), None)
+    result = judge(node, set(LAUNCH) | {"gpu"}, profile(7.0), None)
     assert result.status == DEPART
     assert result.expected == "(median_kernel_us >= 10 or kernels_per_step < 500)"
     assert NO_CALIBRATION in result.note
@@ -293,22 +293,22 @@ def test_launch_bound_node_without_calibration_uses_10_us_and_says_so() -> None:
 
 def test_launch_bound_node_with_calibration_uses_twice_the_launch_cost() -> None:
     node = find_playbook("low-gpu-util").nodes["device.launch-bound"]
-    result = judge(node, set(LAUNCH), profile(7.0), calibration(gpu=True).lookup)
+    result = judge(node, set(LAUNCH) | {"gpu"}, profile(7.0), calibration(gpu=True).lookup)
     assert result.status == DEPART  # 7 µs < 2 × 4.6
     assert "median_kernel_us >= 9.2" in result.expected and "calibrated on testhost" in result.note
     fast_launches = calibration(gpu=True)
     fast_launches.values["gpu_launch_us"] = 3.0
-    result = judge(node, set(LAUNCH), profile(7.0), fast_launches.lookup)
+    result = judge(node, set(LAUNCH) | {"gpu"}, profile(7.0), fast_launches.lookup)
     assert result.status == PASS and "median_kernel_us >= 6" in result.expected
 
 
 def test_a_walk_reads_this_machines_calibration_from_the_cache(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache, "_installed_torch", lambda: None)
     book = find_playbook("low-gpu-util")
-    walk = Walk(book, lambda: set(LAUNCH), profile(7.0))
+    walk = Walk(book, lambda: set(LAUNCH) | {"gpu"}, profile(7.0))
     assert NO_CALIBRATION in walk.run_node("device.launch-bound").note
     cache.write(calibration(gpu=True))
-    walk = Walk(book, lambda: set(LAUNCH), profile(7.0))
+    walk = Walk(book, lambda: set(LAUNCH) | {"gpu"}, profile(7.0))
     assert "calibrated on testhost" in walk.run_node("device.launch-bound").note
     # Nodes with only fixed thresholds never look for a calibration, nor say anything about one.
     assert "calibrat" not in walk.run_node("device.shared").note

@@ -68,6 +68,31 @@ def test_flat_memory_is_no_growth_and_a_window_without_census_says_why() -> None
     assert "no second tensor census" in missing["tensors_kept_per_step"]
 
 
+def test_batches_of_changing_size_between_two_censuses_are_not_growth() -> None:
+    """A real GPU job with a batch of random size each step: its two censuses differed by a batch
+    (+120 MB in 8 s read as 900 MB/min) while memory at the boundaries went up and down."""
+    rng = random.Random(3)
+    reply = watch_reply(400, added=0)
+    for row in reply["rows"]:
+        row[2] = 300 * MB + rng.randint(1, 64) * 4 * MB  # the live batch at each boundary
+    reply["census"][1]["bytes"] += 120 * MB
+    values, _ = growth_values(reply)
+    assert values["census_growth_mb_per_min"] > 100
+    assert values["tensor_growth_mb_per_min"] == 0.0
+
+
+@pytest.mark.parametrize(("fragmented", "retries", "departs"), [
+    (0.091, 3, False),  # an OOM from an activations peak: retries with the pool nearly all in use
+    (0.3, 3, True),     # retries while a third of the pool sits unused in pieces
+    (0.6, 0, True),     # most of the pool unused
+    (0.1, 0, False),
+])
+def test_retries_are_fragmentation_only_with_an_unused_pool(fragmented: float, retries: int, departs: bool) -> None:
+    node = find_playbook("oom").nodes["memory.fragmentation"]
+    expectation = next(o for o in node.measure if o.probe == "memory.fragmentation").expect
+    assert expectation.holds({"fragmented_fraction": fragmented, "alloc_retries": retries}) is not departs
+
+
 def test_shares_count_gradients_with_parameters_and_name_the_largest() -> None:
     share, dominant = shares({"parameters": 10, "gradients": 10, "optimizer_state": 40, "activations": 30,
                               "other_tensors": 10})

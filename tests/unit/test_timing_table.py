@@ -166,6 +166,20 @@ def test_gpu_table_from_device_time_replies() -> None:
     assert "On CPU" not in text and max(len(line) for line in text.splitlines()) <= 80
 
 
+def test_a_warm_window_that_opens_with_a_full_queue_is_synced_at_the_devices_pace() -> None:
+    """What an H200 showed: 100 warm steps of 55.6 ms on the device, the host as fast (it waits
+    on a full launch queue), about 1035 ms queued at both ends. Counting the end's queue alone
+    had read 108 ms/step "synced" and "48% of their time" missed."""
+    reply = dict(gpu_reply(20, 55.6, 56.7, 1035.0), queued_ms_at_start=1030.0)
+    w = device_window(reply)
+    assert w is not None and w.queued_start_ms == 1030.0
+    assert w.synced_ms == pytest.approx(56.7 + 5.0 / 20)
+    t = Timing(ends=cpu_ends(), first_forward=START, steps_wanted=400, device=[w])
+    assert table(t)["still queued at the final sync"] == (
+        "1035 ms", "launched, not yet run, after 20 warm steps; 1030 ms as the window opened")
+    assert "keeps the device's pace" in reading(t) and "miss" not in reading(t).split(";")[-1]
+
+
 def test_device_window_without_events_is_none_and_an_unmeasured_queue_says_so() -> None:
     assert device_window({"steps": 0, "device_ms": [], "host_ms": []}) is None
     t = Timing(ends=cpu_ends(30), first_forward=START, steps_wanted=400,

@@ -222,6 +222,29 @@ def test_low_gpu_util_on_a_machine_without_a_gpu_skips_the_gpu_nodes_and_the_hos
     walk = Walk(find_playbook("low-gpu-util"), lambda: {"process", "agent"}, FakeMeasure(values))
     walk.run()
     statuses = {r.node: r.status for r in walk.path}
-    assert [n for n, s in statuses.items() if s == SKIP] == ["device.shared", "device.used", "device.throttled"]
+    assert [n for n, s in statuses.items() if s == SKIP] == ["device.shared", "device.used", "device.throttled",
+                                                             "input.copy-in-wait"]
     assert all("needs an NVIDIA GPU" in r.note for r in walk.path if r.status == SKIP)
     assert walk.departure is not None and walk.departure.cause.id == "input.waiting"
+
+
+def test_a_wait_before_the_forward_that_is_a_pageable_copy_is_named_a_copy_not_cpu_bound_input() -> None:
+    """On an H200, a 32 MB pageable batch copied to the device before each forward was most of
+    the step: the wait departs, and the copy, not the (busy) producing thread, is the cause."""
+    from fg_fakes import FakeMeasure, healthy_values
+
+    from fieldguide.playbook import find_playbook
+
+    values: dict[str, Any] = healthy_values()
+    values["loop.steps"] = {**values["loop.steps"], "data_wait_fraction": 0.6, "producer_cpu_fraction": 0.9}
+    values["gpu.window"] = {"others_sm_util": 0.0, "job_on_gpu": True, "throttled_fraction": 0.0}
+    values["cuda.profile"] = {"h2d_pageable_fraction": 0.7, "h2d_pageable_per_step": 1.0}
+    walk = Walk(find_playbook("low-gpu-util"), lambda: {"process", "agent", "gpu"}, FakeMeasure(values))
+    walk.run()
+    assert [(r.node, r.status) for r in walk.path][-2:] == [("input.data-wait", DEPART), ("input.copy-in-wait", DEPART)]
+    assert walk.departure is not None and walk.departure.cause.id == "input.h2d_copy"
+    assert walk.departure.measured == {"data_wait_fraction": 0.6, "h2d_pageable_fraction": 0.7}
+    values["cuda.profile"] = {"h2d_pageable_fraction": 0.01, "h2d_pageable_per_step": 1.0}
+    walk = Walk(find_playbook("low-gpu-util"), lambda: {"process", "agent", "gpu"}, FakeMeasure(values))
+    walk.run()
+    assert walk.departure is not None and walk.departure.cause.id == "input.cpu_bound"

@@ -10,7 +10,7 @@ from fieldguide.agent.channel import AgentReply
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
-from fieldguide.probes.base import ProbeContext
+from fieldguide.probes.base import NEEDS_AGENT, NEEDS_GPU, NEEDS_PROCESS, ProbeContext
 from fieldguide.probes.stats import median, quantile
 
 NO_CUDA = "has not initialised CUDA"
@@ -18,7 +18,10 @@ WARMUP_STEPS = 2
 
 
 class CudaProbe(AgentProbe):
-    """Asks the agent once for a few steps' measurement; a job with no CUDA work is skipped."""
+    """Asks the agent once for a few steps' measurement; a job with no CUDA work is skipped, and
+    on a machine with no GPU the job is not even asked (a profile of a CPU job costs it steps)."""
+
+    needs = frozenset({NEEDS_PROCESS, NEEDS_AGENT, NEEDS_GPU})
 
     def ask_steps(self, ctx: ProbeContext, request: str, steps: int, status: str,
                   wait: float = 30.0) -> tuple[AgentReply, float, Measurement | None]:

@@ -156,9 +156,22 @@ class CudaWatch(Capability):
         event.record()
         timing["events"].append(event)
         timing["host"].append(time.monotonic())
+        if len(timing["events"]) == 1:
+            # How deep the queue already is as the window opens: in steady state the host runs a
+            # full queue ahead, and a window's end then holds as much as its start did.
+            timing["first_waiter"] = threading.Thread(target=self.wait_first, args=(timing,), daemon=True)
+            timing["first_waiter"].start()
         if len(timing["events"]) > timing["steps"]:
             self.timing = None
             threading.Thread(target=self.send_timing, args=(timing,), daemon=True).start()
+
+    @staticmethod
+    def wait_first(timing: dict[str, Any]) -> None:
+        try:
+            timing["events"][0].synchronize()  # on our thread, like the last one
+            timing["first_drained"] = time.monotonic()
+        except Exception:
+            pass  # the window's start depth stays unknown; the end is still measured
 
     def send_timing(self, timing: dict[str, Any]) -> None:
         try:
@@ -166,10 +179,13 @@ class CudaWatch(Capability):
             last_recorded = host[-1]
             events[-1].synchronize()  # on our thread: the training thread never waits for this
             drained = time.monotonic()
+            timing["first_waiter"].join(1.0)  # done with the last event's wait, bar being scheduled
+            first = timing.get("first_drained")
+            start = {"queued_ms_at_start": max(first - host[0], 0.0) * 1000} if first is not None else {}
             device_ms = [a.elapsed_time(b) for a, b in zip(events, events[1:], strict=False)]
             host_ms = [(b - a) * 1000 for a, b in zip(host, host[1:], strict=False)]
             self.agent.reply(timing["id"], {"steps": len(device_ms), "device_ms": device_ms, "host_ms": host_ms,
-                                            "queued_ms_at_end": max(drained - last_recorded, 0.0) * 1000})
+                                            "queued_ms_at_end": max(drained - last_recorded, 0.0) * 1000, **start})
         except Exception as err:
             self.agent.fail(timing["id"], f"CUDA event timing failed: {type(err).__name__}: {err}")
 
