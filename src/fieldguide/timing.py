@@ -33,7 +33,7 @@ NO_CUDA = "has not initialised CUDA"
 NO_QUEUE = "Each CPU op returns when its work is done, so host time is the real time"
 NAIVE = ("Naive timer: time.perf_counter() from the first forward to the end of step N, over N, no "
          "synchronize")
-WARM = "Warm steps: a window after warm-up; synced adds what was still queued at its end"
+WARM = "Warm steps: a window after warm-up; synced adds what the queue grew by over it"
 WIDTH = 80
 
 
