@@ -26,7 +26,7 @@ def healthy_values() -> dict[str, dict[str, Any]]:
                        "step_ms_median": 25.0, "step_ms_p90": 27.0,
                        "data_wait_ms_median": 0.5, "data_wait_ms_p90": 0.8, "data_wait_fraction": 0.02,
                        "steps_per_second": 40.0, "epoch_starts": 0, "first_batch_ms_median": None,
-                       "startup_wait_fraction": 0.0},
+                       "startup_wait_fraction": 0.0, "io_fraction": 0.0, "save_fraction": 0.0},
         "stacks.sample": {"samples": 300, "workers_sampled": 2, "data_wait_fraction": 0.03,
                           "startup_wait_fraction": 0.0, "workers_replaced": False, "producer": "workers",
                           "producer_cpu_fraction": 0.2, "worker_producing_fraction": 0.3, "io_fraction": 0.01,

@@ -41,7 +41,7 @@ def test_healthy_launch_walk_is_clean(walk_with):
     assert walk.verdict == CLEAN
     assert walk.conclusion == "device.compute_bound"
     assert walk.departure is None
-    assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags", "loop.steps", "loop.steps", "stacks.sample",
+    assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags", "loop.steps", "loop.steps", "loop.steps",
                           "torch.ops"]
     trains = walk.path[0]
     assert trains.probe == "training.activity"
@@ -92,7 +92,7 @@ def test_a_node_cut_short_by_a_stop_is_not_recorded_and_the_walk_stays_on_it(slo
 def test_run_node_does_not_move_the_walk(slow_training):
     walk = Walk(slow_training, lambda: set(LAUNCH), FakeMeasure(healthy_values()))
     result = walk.run_node("host.blocking-io")
-    assert result.status == PASS and result.probe == "stacks.sample"
+    assert result.status == PASS and result.probe == "loop.steps"
     assert walk.path == [] and walk.current == "target.trains"
 
 
@@ -194,12 +194,20 @@ def test_worker_startup_departure(walk_with):
 
 
 def test_blocking_io_departure(walk_with):
-    walk, _ = walk_with({"stacks.sample": {"io_fraction": 0.3, "blocked_other_fraction": 0.05}})
+    """Launched: the loop's timed torch.save and sampled I/O decide, whatever the outside window saw."""
+    walk, _ = walk_with({"loop.steps": {"io_fraction": 0.16, "save_fraction": 0.16},
+                         "stacks.sample": {"io_fraction": 0.06}})
     assert statuses(walk)[-1] == ("host.blocking-io", DEPART)
     d = walk.departure
-    assert d.cause.id == "host.blocking_io"
-    assert d.measured == {"io_fraction": 0.3}
-    assert d.summary.startswith("30% of the main thread's samples are in serialization or file/network I/O")
+    assert d.cause.id == "host.blocking_io" and walk.path[-1].probe == "loop.steps"
+    assert d.measured == {"io_fraction": 0.16}
+    assert d.summary.startswith("16% of the training thread's time is in serialization or file/network I/O")
+
+
+def test_blocking_io_departure_from_outside(walk_with):
+    walk, _ = walk_with({"stacks.sample": {"io_fraction": 0.3, "blocked_other_fraction": 0.05}}, caps=ATTACH)
+    assert statuses(walk)[-1] == ("host.blocking-io", DEPART)
+    assert walk.departure is not None and walk.departure.measured == {"io_fraction": 0.3}
 
 
 @pytest.mark.parametrize("value", ["sleep_fraction", "lock_wait_fraction", "collective_fraction",
@@ -207,7 +215,7 @@ def test_blocking_io_departure(walk_with):
 def test_blocked_outside_io_is_not_blocking_io(walk_with, value):
     """A loop that sleeps, waits on a lock, a collective or the device, or is blocked on something the
     stacks cannot name, is not doing file or network I/O: host.blocking-io passes."""
-    walk, _ = walk_with({"stacks.sample": {"io_fraction": 0.01, value: 0.6}})
+    walk, _ = walk_with({"stacks.sample": {"io_fraction": 0.01, value: 0.6}}, caps=ATTACH)
     assert ("host.blocking-io", PASS) in statuses(walk)
     assert walk.departure is None or walk.departure.cause.id != "host.blocking_io"
 

@@ -607,7 +607,7 @@ def test_without_a_dataloader_the_loops_own_calls_for_a_batch_are_its_input():
     assert values["data_wait_fraction"] == pytest.approx(0.7)
     assert values["producer"] == "the training thread"
     assert values["producer_cpu_fraction"] == pytest.approx(10 / 70)
-    assert values["input_from"] == "get_batch (train.py), between steps"
+    assert values["input_from"] == "get_batch (train.py), in the loop"
 
 
 def test_without_a_model_call_nothing_is_input():

@@ -7,7 +7,6 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,11 +15,12 @@ from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.stats import median, quantile
+from fieldguide.probes.stepstacks import StepStacks, io_outside_save, step_stacks
 
 _LIBRARY = re.compile(r"(?:^|/)(?:torch|site-packages|dist-packages)/|/lib/python3[.\d]*/|^<")
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
 # The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.
-INPUT_SAMPLE_HZ = 50  # the agent's input-phase stack sampling; each sample costs the job ~30 us
+STEP_SAMPLE_HZ = 50  # the agent's sampling of the training thread; each sample costs the job ~30 us
 T_END, WALL, LOADER_WAIT, BOUNDARY, INPUT, INPUT_CPU, LOADER_CPU, BACKWARDS, CLOSURES, FORWARDS, SAVE, BATCH = range(12)
 ROW_WIDTH = 12
 
@@ -39,28 +39,28 @@ class InputView:
     categories: dict[str, int] = field(default_factory=dict)
 
 
-def _user_frame(stack: list[list[Any]]) -> str | None:
+def _user_frame(stack: list[tuple[str, str]], leaf_line: int | None) -> str | None:
     """The innermost frame of the job's own code (not torch's, not the standard library's)."""
-    for func, file, line in reversed(stack):
+    for depth, (func, file) in enumerate(reversed(stack)):
         if not _LIBRARY.search(file):
-            return f"{func} ({os.path.basename(file)}:{line})"
+            line = f":{leaf_line}" if depth == 0 and leaf_line else ""
+            return f"{func} ({os.path.basename(file)}{line})"
     return None
 
 
-def input_view(reply: dict[str, Any], source: Callable[[str, int], str], min_samples: int = 5) -> InputView:
-    """Classify the agent's input-phase samples with the stack classifier py-spy's samples use."""
+def input_view(stacks: StepStacks, min_samples: int = 5) -> InputView:
+    """Classify the training thread's samples taken in its input phase (from a step's end to the
+    next forward) with the stack classifier py-spy's samples use."""
     from fieldguide.probes.stackclass import IO, classify_main
 
     categories: collections.Counter[str] = collections.Counter()
     frames: collections.Counter[str] = collections.Counter()
-    for stack, count in reply.get("stacks") or []:
-        pairs = [(str(func), str(file)) for func, file, _ in stack]
-        func, file, line = stack[-1]
-        category = classify_main(pairs, source(str(file), int(line)))
-        categories[category] += count
-        user = _user_frame(stack)
+    for sample in stacks.in_phase:
+        category = classify_main(sample.stack, sample.leaf_source)
+        categories[category] += sample.count
+        user = _user_frame(sample.stack, sample.leaf_line)
         if category != IO and user:
-            frames[user] += count
+            frames[user] += sample.count
     total = sum(categories.values())
     if total < min_samples:
         return InputView(samples=total, categories=dict(categories))
@@ -68,16 +68,35 @@ def input_view(reply: dict[str, Any], source: Callable[[str, int], str], min_sam
                      frame=frames.most_common(1)[0][0] if frames else None, categories=dict(categories))
 
 
+def whole_step_input(stacks: StepStacks | None) -> tuple[float, str | None, float | None] | None:
+    """From the training thread's samples over whole steps: the share fetching the next batch,
+    the call that fetches it, and the share of that on the CPU (None: no CPU clock). None when
+    the samples are too few or show no training loop (then the input phase decides)."""
+    from fieldguide.probes.stepcycle import input_samples
+
+    if stacks is None or not stacks.enough:
+        return None
+    fetched = input_samples(stacks.all, stacks.active)
+    if fetched is None or not fetched.samples:
+        return None
+    cpu = fetched.on_cpu / fetched.waiting_or_working if stacks.cpu_clock and fetched.waiting_or_working else None
+    return fetched.waiting_or_working / fetched.samples, fetched.call, cpu
+
+
 def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_start: float,
                 window_end: float, steps_before: int, warmup_steps: int = 3,
-                view: InputView | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+                view: InputView | None = None,
+                stacks: StepStacks | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """Loop values over the steps that ended inside [window_start, window_end], and why any is missing.
 
     `steps` rows are the agent's [t_end, wall_s, loader_wait_s, boundary, input_s, ...];
     `steps_before` is how many steps the process had finished before the first row, so
     that its first `warmup_steps` (allocations, lazy init) are left out.
-    Input: with a DataLoader, the wait inside its __next__; without one, the input phase
+    Input: with a DataLoader, the wait inside its __next__ (timed, wherever the loop calls it);
+    without one, the training thread's samples over whole steps read as attach mode reads
+    py-spy's (the loop's calls for its next batch, wherever in the step), else the input phase
     (from each backward or optimizer step to the next forward, torch.save time taken out).
+    I/O: torch.save's own time (timed), plus the samples' other file, network and serialization.
     """
     rows = [_padded(row) for i, row in enumerate(steps)
             if window_start <= row[T_END] <= window_end and steps_before + i >= warmup_steps]
@@ -100,6 +119,12 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
                                                "the training thread"
         elif loader_wait and all(r[LOADER_CPU] is not None for r in loader_rows):
             producer_cpu = min(sum(r[LOADER_CPU] for r in loader_rows) / loader_wait, 1.0)
+    elif rows and (fetched := whole_step_input(stacks)) is not None:
+        share, call, producer_cpu = fetched
+        input_from = f"{call}, in the loop" if call else "no call for a batch seen in the loop"
+        waits = [r[WALL] * share for r in rows]
+        if producer_cpu is None and share:
+            missing["producer_cpu_fraction"] = "no CPU clock for the training thread here"
     elif phased and len(phased) * 2 >= len(rows):
         # The phase from the end of a step to the next forward, less what its stack samples show
         # was file/network I/O (a checkpoint or a log write after the step is not input).
@@ -117,6 +142,14 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
                                          "(a model outside nn.Module?)") if rows else "no steps"
     if producer_cpu is None and "producer_cpu_fraction" not in missing:
         missing["producer_cpu_fraction"] = "too little input time to tell"
+    saved = sum(r[SAVE] or 0.0 for r in rows)
+    elsewhere = io_outside_save(stacks) if stacks is not None and stacks.enough else None
+    io_fraction = None
+    if wall_total:
+        io_fraction = min(saved / wall_total + (elsewhere or 0.0), 1.0)
+        if elsewhere is None and not saved:
+            io_fraction = None  # nothing timed, nothing sampled: unknown, not zero
+            missing["io_fraction"] = "no torch.save timed and too few samples of the training thread"
     backwards = [r[BACKWARDS] for r in rows if r[BACKWARDS] is not None]
     closures = [r[CLOSURES] for r in rows if r[CLOSURES] is not None]
     values = {
@@ -136,8 +169,19 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         "epoch_starts": len(starts),
         "first_batch_ms_median": _ms(median([it["first_batch_s"] for it in starts])),
         "startup_wait_fraction": min(stall / wall_total, 1.0) if wall_total else None,
+        "io_fraction": round(io_fraction, 4) if io_fraction is not None else None,
+        "save_fraction": round(saved / wall_total, 4) if wall_total else None,
     }
     return values, missing
+
+
+def step_evidence(stacks: StepStacks) -> dict[str, Any]:
+    """What the training thread did over whole steps, as the attach-mode window shows it."""
+    from fieldguide.probes.stacks import stack_values
+
+    _, evidence = stack_values(stacks.all, stacks.active)
+    return {"samples": stacks.samples, "on_cpu_known": stacks.cpu_clock,
+            "categories": evidence["main_categories"], "top_stacks": evidence["top_stacks"]}
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -164,6 +208,7 @@ class LoopSteps(AgentProbe):
         "producer": "", "producer_cpu_fraction": "fraction", "steps_per_second": "1/s", "backwards_per_step": "",
         "closures_per_step": "", "epoch_starts": "", "first_batch_ms_median": "ms",
         "startup_wait_fraction": "fraction", "device_step_ms_median": "ms", "device_step_ms_p90": "ms",
+        "io_fraction": "fraction", "save_fraction": "fraction",
     }
     series = {"step_ms": "ms", "data_wait_ms": "ms"}
 
@@ -185,7 +230,7 @@ class LoopSteps(AgentProbe):
         seconds = min(max(seconds, typical * min_steps * 1.2), ctx.budget_left)
         # Steps slower than they looked: wait on for min_steps, up to 3x, within the budget.
         deadline_hard = started + min(max(seconds * 3, seconds + 1), ctx.budget_left)
-        sampled = self._sample_input_phase(ctx, conn, seconds)
+        sampled = self._sample_steps(ctx, conn, seconds)
         device = self._device_time(ctx, conn, seconds)
         while True:
             now = time.monotonic()
@@ -200,10 +245,11 @@ class LoopSteps(AgentProbe):
         if not ctx.target.alive():  # it ended inside the window: judge what it left
             return self.from_history(ctx, conn, warmup_steps, failures, time.monotonic() - started)
         end = time.monotonic()
-        view = self._input_view(ctx, sampled)
+        stacks = self._step_stacks(ctx, sampled)
+        view = input_view(stacks) if stacks is not None else None
         steps = list(conn.steps)
         steps_before = conn.steps_total - len(steps)
-        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view)
+        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view, stacks)
         elapsed = end - started
         provenance = self._provenance(values, f"{elapsed:.1f} s window", failures)
         if values["steps"] < 2:
@@ -217,17 +263,19 @@ class LoopSteps(AgentProbe):
         if view is not None and view.samples:
             evidence["input_phase"] = {"samples": view.samples, "categories": view.categories,
                                        "io_share": view.io_share, "frame": view.frame}
+        if stacks is not None and stacks.samples:
+            evidence["step_stacks"] = step_evidence(stacks)
         return self.measurement(values=values, missing=missing, provenance=provenance, seconds=elapsed,
                                 evidence=evidence)
 
-    def _sample_input_phase(self, ctx: ProbeContext, conn: Any, seconds: float) -> list[Any]:
-        """Ask the agent for input-phase stacks over the window, on a thread; the list gets the reply."""
+    def _sample_steps(self, ctx: ProbeContext, conn: Any, seconds: float) -> list[Any]:
+        """Ask the agent for the training thread's stacks over the window, on a thread; the list gets the reply."""
         box: list[Any] = []
-        if "input_stacks" not in (conn.capabilities.get(self.capability) or {}).get("requests", []):
+        if "step_stacks" not in (conn.capabilities.get(self.capability) or {}).get("requests", []):
             return box
         thread = threading.Thread(target=lambda: box.append(self.ask(
-            ctx, {"seconds": seconds, "rate": INPUT_SAMPLE_HZ}, timeout=seconds + 5, name="input_stacks")),
-            name="fieldguide-input-stacks", daemon=True)
+            ctx, {"seconds": seconds, "rate": STEP_SAMPLE_HZ}, timeout=seconds + 5, name="step_stacks")),
+            name="fieldguide-step-stacks", daemon=True)
         thread.start()
         box.append(thread)
         return box
@@ -264,7 +312,7 @@ class LoopSteps(AgentProbe):
         why = reply.error if reply is not None else "no CUDA capability in this agent"
         missing["device_step_ms_median"] = missing["device_step_ms_p90"] = why
 
-    def _input_view(self, ctx: ProbeContext, sampled: list[Any]) -> InputView | None:
+    def _step_stacks(self, ctx: ProbeContext, sampled: list[Any]) -> StepStacks | None:
         if not sampled:
             return None
         sampled[0].join(timeout=5)
@@ -273,8 +321,9 @@ class LoopSteps(AgentProbe):
             return None
         from fieldguide.probes.stacks import SourceReader
 
-        reader = SourceReader(ctx.target.pid) if ctx.target.pid else None
-        return input_view(reply.result, reader.statement if reader else (lambda file, line: ""))
+        pid = ctx.target.pid or 0
+        reader = SourceReader(pid) if pid else None
+        return step_stacks(reply.result, pid, reader.statement if reader else (lambda file, line: ""))
 
     def from_history(self, ctx: ProbeContext, conn: Any, warmup_steps: int, failures: list[str],
                      elapsed: float) -> Measurement:

@@ -235,7 +235,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
         fetched = input_samples(main_all, main_active)
         if fetched is not None and fetched.samples:
             values["data_wait_fraction"] = fetched.waiting_or_working / fetched.samples
-            values["input_from"] = f"{fetched.call}, between steps" if fetched.call else None
+            values["input_from"] = f"{fetched.call}, in the loop" if fetched.call else None
             if fetched.waiting_or_working >= MIN_PRODUCE_SAMPLES:
                 where, produce_all, produce_active = "the training thread", fetched.waiting_or_working, fetched.on_cpu
     values["producer"] = where

@@ -17,14 +17,15 @@ own CPU time over the phase tells producing input (on-CPU) from waiting for it.
 
 Streams `steps` rows (see STEP_COLUMNS) and `iters` (one dict per DataLoader
 iterator, at its first batch); reports hook state in `signals`. Answers
-`input_stacks`: for a few seconds, samples the training thread's stack while it is in
-the input phase (`sys._current_frames`, from a thread of its own), so the phase's
-time can be told apart: producing input, or a checkpoint or log write after the step.
+`step_stacks`: for a few seconds, samples the training thread's stack over the whole step
+(`sys._current_frames`, from a thread of its own), each sample marked on the CPU or not (the
+thread's own CPU clock since the last look) and in the input phase or not. The host classifies
+them as it classifies py-spy's samples from outside, so both modes decompose a step alike:
+a batch fetched between the forward and the backward is input wherever the loop takes it.
 """
 
 from __future__ import annotations
 
-import collections
 import sys
 import threading
 import time
@@ -61,6 +62,24 @@ def resolve_is_compiling() -> None:
         _is_compiling = compiler.is_compiling
 MAX_SAMPLE_SECONDS = 60.0
 MAX_SAMPLE_RATE = 100.0
+MAX_STACKS = 300
+
+
+def thread_cpu_clock(ident: int) -> Any:
+    """The CPU-time clock of another thread of this process (Linux: its pthread's), or None."""
+    try:
+        return time.pthread_getcpuclockid(ident)
+    except (AttributeError, OSError, OverflowError):
+        return None
+
+
+def cpu_seconds(clock: Any) -> float | None:
+    if clock is None:
+        return None
+    try:
+        return time.clock_gettime(clock)
+    except OSError:
+        return None  # the thread has ended
 
 
 def first_tensor_elements(args: Any) -> int | None:
@@ -85,7 +104,7 @@ def round_row(row: list[Any]) -> list[Any]:
 class LoopTiming(Capability):
     name = "loop"
     streams = ("steps", "iters", "signals")
-    requests = ("input_stacks",)
+    requests = ("step_stacks",)
 
     def start(self) -> None:
         self.steps = self.agent.stream(self.name, "steps", shape=round_row)
@@ -263,28 +282,37 @@ class LoopTiming(Capability):
         register_optimizer_step_pre_hook(self.on_optimizer_pre)
         register_optimizer_step_post_hook(self.on_optimizer_step)
 
-    # -- input-phase stacks (agent side) -------------------------------------------------------
+    # -- whole-step stacks (agent side) --------------------------------------------------------
     def on_request(self, name: str, request_id: Any, params: dict[str, Any]) -> None:
         if self.sampling:
-            self.agent.fail(request_id, "input stacks are already being sampled")
+            self.agent.fail(request_id, "the training thread's stacks are already being sampled")
             return
         seconds = min(float(params.get("seconds", 6.0)), MAX_SAMPLE_SECONDS)
         rate = min(float(params.get("rate", 50.0)), MAX_SAMPLE_RATE)
         self.sampling = True
-        threading.Thread(target=self.sample_input, args=(request_id, seconds, rate),
-                         name="fieldguide-input-sampler", daemon=True).start()
+        threading.Thread(target=self.sample_steps, args=(request_id, seconds, rate),
+                         name="fieldguide-step-sampler", daemon=True).start()
 
-    def sample_input(self, request_id: Any, seconds: float, rate: float) -> None:
-        counts: collections.Counter[tuple[tuple[str, str, int], ...]] = collections.Counter()
+    def sample_steps(self, request_id: Any, seconds: float, rate: float) -> None:
+        # stack -> [samples, on the CPU, in the input phase]
+        counts: dict[tuple[tuple[str, str, int], ...], list[int]] = {}
         ticks = 0
+        clock: Any = None
+        clock_of: int | None = None
+        last_cpu = last_t = 0.0
         try:
             end = time.monotonic() + seconds
             while time.monotonic() < end and not self.agent.disabled:
                 time.sleep(1.0 / rate)
                 ticks += 1
                 thread = self.train_thread
-                if self.phase_t is None or thread is None:
+                if thread is None:
                     continue
+                if thread != clock_of:
+                    clock, clock_of = thread_cpu_clock(thread), thread
+                    last_t, last_cpu = time.monotonic(), cpu_seconds(clock)
+                    continue
+                in_phase = self.phase_t is not None
                 frame = sys._current_frames().get(thread)
                 frames: list[tuple[str, str, int]] = []
                 while frame is not None and len(frames) < MAX_FRAMES:
@@ -292,12 +320,21 @@ class LoopTiming(Capability):
                     frames.append((getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno))
                     frame = frame.f_back
                 del frame
-                if self.phase_t is not None and frames:  # still in the phase after we looked
-                    counts[tuple(reversed(frames))] += 1
-            self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], n] for k, n in counts.most_common(200)],
-                                          "in_phase": sum(counts.values()), "ticks": ticks, "seconds": seconds})
+                now, cpu = time.monotonic(), cpu_seconds(clock)
+                # On the CPU for most of the interval since the last look: py-spy's "active".
+                on_cpu = cpu is not None and now > last_t and (cpu - last_cpu) >= 0.5 * (now - last_t)
+                last_t, last_cpu = now, cpu if cpu is not None else last_cpu
+                if frames:
+                    entry = counts.setdefault(tuple(reversed(frames)), [0, 0, 0])
+                    entry[0] += 1
+                    entry[1] += on_cpu
+                    entry[2] += in_phase
+            ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:MAX_STACKS]
+            self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], *v] for k, v in ranked],
+                                          "samples": sum(v[0] for v in counts.values()), "ticks": ticks,
+                                          "seconds": seconds, "cpu_clock": clock is not None})
         except Exception as err:
-            self.agent.fail(request_id, f"input stacks failed: {type(err).__name__}: {err}")
+            self.agent.fail(request_id, f"step stacks failed: {type(err).__name__}: {err}")
         finally:
             self.sampling = False
 
