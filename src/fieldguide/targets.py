@@ -306,9 +306,9 @@ class LaunchTarget(Target):
             conn = self.agent.primary()
             if conn is not None and conn.steps_total >= min_steps:
                 return True
-            if conn is not None and conn.steps_total == 0 and any(
-                    s.get("forwards_before_training") for s in conn.stream("loop", "signals").items):
-                return False  # forward after forward and never a backward: serving, not training
+            # Forward after forward and no backward yet is no reason to stop waiting: an evaluation
+            # before training (nanoGPT evaluates at iteration 0) looks the same as serving until
+            # its first backward. The timeout decides, and the reason says what was seen.
             if self.popen.poll() is not None:
                 self._reader.join(timeout=2)
                 conn = self._settled_connection()
@@ -349,7 +349,12 @@ class LaunchTarget(Target):
                     "which ignore PYTHONPATH); only outside probes could measure")
         if not conn.torch:
             return f"the job had not imported torch within {timeout:.0f} s"
-        return f"no training step (optimizer.step or DataLoader batch) within {timeout:.0f} s"
+        served = next((sig["forwards_before_training"] for sig in conn.stream("loop", "signals").items
+                       if sig.get("forwards_before_training")), 0)
+        if served and not conn.steps_total:
+            return (f"{served} forward passes and no backward within {timeout:.0f} s: a model being served, or an "
+                    "evaluation longer than that before training (a larger --budget waits longer)")
+        return f"no training step (optimizer.step or backward()) within {timeout:.0f} s"
 
     @property
     def pid(self) -> int:

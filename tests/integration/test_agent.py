@@ -129,3 +129,91 @@ def test_a_second_sigterm_while_the_job_is_being_ended_does_not_cut_the_ending_s
     assert "Traceback" not in err
     assert json.loads(report.read_text())["verdict"] == "inconclusive"
     assert not psutil.wait_procs(job, timeout=5)[1], "the job was left running"
+
+
+EVAL_THEN_TRAIN = textwrap.dedent("""
+    import time, torch
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = torch.nn.LSTMCell(8, 16)
+            self.head = torch.nn.Linear(16, 2)
+        def forward(self, x):
+            h = c = torch.zeros(x.shape[1], 16)
+            for t in range(x.shape[0]):  # a module call per timestep, one forward pass
+                h, c = self.cell(x[t], (h, c))
+            return self.head(h)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(30, 4, 8)
+    with torch.no_grad():  # an evaluation before training, as nanoGPT's at iteration 0
+        for _ in range(250):
+            model(x)
+    print("eval done", flush=True)
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        loss = model(x).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+""")
+
+
+def test_forward_passes_not_module_calls_and_an_evaluation_before_training_is_waited_for(tmp_path: Path) -> None:
+    """250 evaluation passes of a model whose forward steps an LSTMCell 30 times (7,750 module
+    calls): the agent counts 200 passes, hooks the model itself, and the job then trains with
+    each step's input phase ending at its forward."""
+    script = tmp_path / "job.py"
+    script.write_text(EVAL_THEN_TRAIN)
+    target = LaunchTarget([sys.executable, str(script)])
+    try:
+        assert target.wait_ready(timeout=60, min_steps=5)
+        conn = target.agent.primary()
+        assert conn is not None
+        signals = list(conn.stream("loop", "signals").items)
+        found = next(s for s in signals if "outer_modules" in s)
+        assert found["outer_modules"] == ["Net"] and found["forwards_before_training"] == 200
+        assert any("first_backward" in s for s in signals)
+        rows = list(conn.steps)
+        assert rows and all(r[9] == 1 for r in rows[1:]), rows[:5]  # one forward ends each step's input phase
+    finally:
+        target.close()
+
+
+GETBATCH_AFTER_FORWARD = textwrap.dedent("""
+    import time, torch
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    def get_batch():
+        time.sleep(0.01)  # a read from a slow store
+        return torch.randn(32, 64)
+    x = get_batch()
+    end = time.monotonic() + 40
+    while time.monotonic() < end:
+        loss = model(x).square().mean()
+        x = get_batch()  # the next batch, taken while the device would run the forward
+        opt.zero_grad(); loss.backward(); opt.step()
+""")
+
+
+def test_the_step_sampler_sees_a_batch_taken_between_forward_and_backward(tmp_path: Path) -> None:
+    from fieldguide.probes.loop import whole_step_input
+    from fieldguide.probes.stepstacks import step_stacks
+
+    script = tmp_path / "job.py"
+    script.write_text(GETBATCH_AFTER_FORWARD)
+    target = LaunchTarget([sys.executable, str(script)])
+    try:
+        assert target.wait_ready(timeout=60, min_steps=5)
+        reply = target.agent.request("loop", {"seconds": 2.0, "rate": 50}, timeout=15, name="step_stacks")
+        assert reply.ok, reply.error
+        assert reply.result["cpu_clock"] is True
+        stacks = step_stacks(reply.result, target.pid, lambda file, line: "")
+        assert stacks.enough, reply.result
+        share, call, cpu = whole_step_input(stacks)
+        assert call == "get_batch (job.py)"
+        # The sleep is 10 ms of each step; what the rest costs depends on how busy the box is.
+        walls = sorted(r[1] for r in list(target.agent.primary().steps)[-40:])
+        expected = 0.010 / walls[len(walls) // 2]
+        assert 0.5 * expected < share < 1.5 * expected, (share, expected)
+        assert cpu is not None and cpu < 0.5, cpu
+    finally:
+        target.close()

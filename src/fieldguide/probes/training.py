@@ -54,6 +54,11 @@ class TrainingActivity(Probe):
         values = {"trains": conn.steps_total >= 2, "seen_by": "agent", "steps_seen": conn.steps_total,
                   "step_signal": STEP_SIGNALS.get(kinds[-1], kinds[-1]) if kinds else None}
         provenance = "agent: optimizer step hooks and the end of backward()"
+        if not values["trains"] and any("first_backward" in s for s in signals):
+            # Gradients are computed: it trains, in steps longer than the wait (an LBFGS step runs
+            # its closure, forward and backward, up to max_iter times).
+            values["trains"] = True
+            provenance += f"; backward() seen, {conn.steps_total} step(s) ended in {elapsed:.0f} s: long steps"
         died = conn.exception() if not ctx.target.alive() else None
         ran_out = any(e.get("event") == "oom" for e in conn.stream("memory", "events").items)
         if not values["trains"] and died and (conn.steps_total or ran_out):
@@ -65,7 +70,7 @@ class TrainingActivity(Probe):
         seen = []
         if not conn.torch:
             seen.append("it has not imported torch")
-        if served:
+        if served and not any("first_backward" in s for s in signals):
             seen.append(f"{served} forward passes and no backward")
         if conn.steps_total:
             seen.append(f"only {conn.steps_total} step")

@@ -19,13 +19,14 @@ Streams `steps` rows (see STEP_COLUMNS) and `iters` (one dict per DataLoader
 iterator, at its first batch); reports hook state in `signals`. Answers
 `step_stacks`: for a few seconds, samples the training thread's stack over the whole step
 (`sys._current_frames`, from a thread of its own), each sample marked on the CPU or not (the
-thread's own CPU clock since the last look) and in the input phase or not. The host classifies
+thread's run and run-queue time since the last look) and in the input phase or not. The host classifies
 them as it classifies py-spy's samples from outside, so both modes decompose a step alike:
 a batch fetched between the forward and the backward is input wherever the loop takes it.
 """
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 import time
@@ -65,21 +66,43 @@ MAX_SAMPLE_RATE = 100.0
 MAX_STACKS = 300
 
 
-def thread_cpu_clock(ident: int) -> Any:
-    """The CPU-time clock of another thread of this process (Linux: its pthread's), or None."""
-    try:
-        return time.pthread_getcpuclockid(ident)
-    except (AttributeError, OSError, OverflowError):
-        return None
+class ThreadClock:
+    """Seconds another thread of this process has run or waited to run: its CPU time plus its
+    time in the run queue (/proc schedstat), so that a thread kept off a busy machine's cores
+    still counts as wanting the CPU, as py-spy's "active" does. Without schedstat, its CPU
+    clock alone (pthread_getcpuclockid)."""
 
+    def __init__(self, native_id: int | None, ident: int) -> None:
+        self.path = f"/proc/self/task/{native_id}/schedstat" if native_id else None
+        self.clock: Any = None
+        if self.path is None or self._schedstat() is None:
+            self.path = None
+            try:
+                self.clock = time.pthread_getcpuclockid(ident)
+            except (AttributeError, OSError, OverflowError):
+                self.clock = None
 
-def cpu_seconds(clock: Any) -> float | None:
-    if clock is None:
+    @property
+    def works(self) -> bool:
+        return self.path is not None or self.clock is not None
+
+    def _schedstat(self) -> float | None:
+        try:
+            with open(self.path or "", "rb") as f:
+                ran, waited = f.read().split()[:2]
+            return (int(ran) + int(waited)) / 1e9
+        except (OSError, ValueError):
+            return None
+
+    def seconds(self) -> float | None:
+        if self.path is not None:
+            return self._schedstat()
+        if self.clock is not None:
+            try:
+                return time.clock_gettime(self.clock)
+            except OSError:
+                return None  # the thread has ended
         return None
-    try:
-        return time.clock_gettime(clock)
-    except OSError:
-        return None  # the thread has ended
 
 
 def first_tensor_elements(args: Any) -> int | None:
@@ -124,9 +147,13 @@ class LoopTiming(Capability):
         self.phases_seen = 0
         self.outer_modules: dict[int, Any] = {}
         self.global_hook: Any = None
+        self.global_end_hook: Any = None
+        self.depth = 0  # module calls in progress, while the global hooks are on
+        self.backward_seen = False
         self.discovering = True  # looking for the outermost modules
         self.forwards_total = 0
         self.train_thread: int | None = None
+        self.train_tid: int | None = None
         self.sampling = False
 
     def hook_torch(self, torch: ModuleType) -> None:
@@ -155,6 +182,7 @@ class LoopTiming(Capability):
         self.last_boundary = now
         self.batch_elements = None
         self.train_thread = threading.get_ident()
+        self.train_tid = threading.get_native_id()
         self.loader_wait = self.loader_cpu = self.input_s = self.input_cpu = self.save_s = 0.0
         self.backwards = self.closures = self.forwards = 0
         self.agent.boundary()
@@ -172,9 +200,16 @@ class LoopTiming(Capability):
             # would put guards on it, and every change of it would recompile the user's model.
             return
         try:
+            outermost = self.depth == 0
+            if self.global_end_hook is not None:
+                self.depth += 1
             if self.phase_t is None:
-                if self.discovering and not self.phases_seen:
+                if self.discovering and not self.phases_seen and outermost and not self.backward_seen:
+                    # Forward passes, not module calls: an LSTMCell stepped a thousand times inside
+                    # one forward is one pass. An evaluation before training (nanoGPT's at iter 0)
+                    # calls the same model: its modules are the ones to hook.
                     self.forwards_total += 1
+                    self.outer_modules.setdefault(id(module), module)
                     if self.forwards_total >= SERVING_FORWARDS:
                         self.stop_discovery()  # forwards and never a backward: serving, not training
                 return
@@ -199,6 +234,18 @@ class LoopTiming(Capability):
         # torch.compile(module) warns of global hooks; this one is ours and returns at once there.
         warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
         self.global_hook = register_module_forward_pre_hook(self.on_forward)
+        try:
+            from torch.nn.modules.module import register_module_forward_hook
+
+            # The depth of module calls, so that only outermost calls count as forward passes.
+            self.global_end_hook = register_module_forward_hook(self.on_forward_end, always_call=True)
+        except TypeError:  # a torch without always_call: every module call counts, as before
+            self.global_end_hook = None
+
+    def on_forward_end(self, module: Any, args: Any, output: Any) -> None:
+        if _is_compiling():
+            return
+        self.depth = max(self.depth - 1, 0)
 
     def stop_discovery(self) -> None:
         """The outermost modules are known: hook them alone, and drop the global hook.
@@ -209,8 +256,11 @@ class LoopTiming(Capability):
         self.discovering = False
         if "torch._dynamo" not in sys.modules:
             handle, self.global_hook = self.global_hook, None
-            if handle is not None:
-                handle.remove()
+            end, self.global_end_hook = self.global_end_hook, None
+            for h in (handle, end):
+                if h is not None:
+                    h.remove()
+            self.depth = 0
             for module in self.outer_modules.values():
                 module.register_forward_pre_hook(self.on_forward)
         self.signals.append({"outer_modules": [type(m).__name__ for m in self.outer_modules.values()],
@@ -218,6 +268,9 @@ class LoopTiming(Capability):
 
     def on_backward_end(self) -> None:
         self.backwards += 1
+        if not self.backward_seen:
+            self.backward_seen = True  # training, whatever the forwards before it were
+            self.signals.append({"first_backward": time.monotonic()})
         if self.in_optimizer_step:
             self.closures += 1
             return
@@ -297,20 +350,24 @@ class LoopTiming(Capability):
         # stack -> [samples, on the CPU, in the input phase]
         counts: dict[tuple[tuple[str, str, int], ...], list[int]] = {}
         ticks = 0
-        clock: Any = None
+        clock: ThreadClock | None = None
         clock_of: int | None = None
-        last_cpu = last_t = 0.0
+        last_cpu: float | None = 0.0
+        last_t = 0.0
         try:
             end = time.monotonic() + seconds
+            jitter = random.Random()
             while time.monotonic() < end and not self.agent.disabled:
-                time.sleep(1.0 / rate)
+                # A fixed period locks onto a loop's own rhythm (a 28 ms micro-step against 20 ms
+                # sleeps plus the wait for the GIL sampled only its tokenizer, never its backward).
+                time.sleep(jitter.uniform(0.5, 1.5) / rate)
                 ticks += 1
                 thread = self.train_thread
                 if thread is None:
                     continue
-                if thread != clock_of:
-                    clock, clock_of = thread_cpu_clock(thread), thread
-                    last_t, last_cpu = time.monotonic(), cpu_seconds(clock)
+                if thread != clock_of or clock is None:
+                    clock, clock_of = ThreadClock(self.train_tid, thread), thread
+                    last_t, last_cpu = time.monotonic(), clock.seconds()
                     continue
                 in_phase = self.phase_t is not None
                 frame = sys._current_frames().get(thread)
@@ -320,10 +377,11 @@ class LoopTiming(Capability):
                     frames.append((getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno))
                     frame = frame.f_back
                 del frame
-                now, cpu = time.monotonic(), cpu_seconds(clock)
-                # On the CPU for most of the interval since the last look: py-spy's "active".
-                on_cpu = cpu is not None and now > last_t and (cpu - last_cpu) >= 0.5 * (now - last_t)
-                last_t, last_cpu = now, cpu if cpu is not None else last_cpu
+                now, cpu = time.monotonic(), clock.seconds()
+                # Running or runnable for most of the interval since the last look: py-spy's "active".
+                on_cpu = (cpu is not None and last_cpu is not None and now > last_t
+                          and (cpu - last_cpu) >= 0.5 * (now - last_t))
+                last_t, last_cpu = now, cpu
                 if frames:
                     entry = counts.setdefault(tuple(reversed(frames)), [0, 0, 0])
                     entry[0] += 1
@@ -332,7 +390,7 @@ class LoopTiming(Capability):
             ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:MAX_STACKS]
             self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], *v] for k, v in ranked],
                                           "samples": sum(v[0] for v in counts.values()), "ticks": ticks,
-                                          "seconds": seconds, "cpu_clock": clock is not None})
+                                          "seconds": seconds, "cpu_clock": clock is not None and clock.works})
         except Exception as err:
             self.agent.fail(request_id, f"step stacks failed: {type(err).__name__}: {err}")
         finally:
