@@ -48,17 +48,44 @@ class Departure:
     evidence: dict[str, Any]
 
 
+# Two readings of one fraction further apart than this are worth a word in the node's note.
+CROSS_CHECK_MARGIN = 0.2
+
+
+def cross_check(node: Node, decided: int, measured: dict[str, Any],
+                peek: Callable[[MeasureOption], Measurement | None] | None) -> str:
+    """What the node's later options already measured (a prefetched window, an earlier node's
+    reading: nothing is measured for this) that reads the deciding values differently."""
+    if peek is None:
+        return ""
+    said = []
+    deciding = node.measure[decided].probe
+    for option in node.measure[decided + 1:]:
+        other = peek(option)
+        if other is None or not other.ok or option.probe == deciding:
+            continue
+        for name, value in measured.items():
+            seen = other.values.get(name)
+            if isinstance(value, (int, float)) and isinstance(seen, (int, float)) \
+                    and not isinstance(value, bool) and abs(value - seen) > CROSS_CHECK_MARGIN:
+                said.append(f"cross-check: {option.probe} read {name} {seen:.2f} against {value:.2f}; judged on "
+                            f"{deciding}, which the playbook lists first for what it sees")
+    return "; ".join(said)
+
+
 def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption], Measurement],
-          calibration: CalibrationLookup | None = None) -> NodeResult:
+          calibration: CalibrationLookup | None = None,
+          peek: Callable[[MeasureOption], Measurement | None] | None = None) -> NodeResult:
     """Decide one node: the first measure option that can measure and be evaluated decides.
 
     Thresholds that refer to the calibration are resolved with `calibration` (None: there is
-    none, and they fall back to the playbook's fixed numbers, which the note then says)."""
+    none, and they fall back to the playbook's fixed numbers, which the note then says).
+    `peek` gives what a later option has already measured, for the note's cross-check."""
     reasons: list[str] = []
     skipped_only = True  # every option was not applicable here: the node is skipped, not failed
     seconds = 0.0
     expectations = {id(o): o.expect.resolve(calibration) for o in node.measure}
-    for option in node.measure:
+    for index, option in enumerate(node.measure):
         expect, thresholds = expectations[id(option)]
         probe_cls = registry.get(option.probe)
         assert probe_cls is not None, option.probe  # validated at load time
@@ -87,7 +114,8 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
         if measurement.reused:
             reasons.append(f"reused the {option.probe} measurement taken for an earlier node")
         # Why earlier options did not decide, if any; where calibrated thresholds came from.
-        note = "; ".join([*reasons, *thresholds])
+        checked = cross_check(node, index, measured, peek)
+        note = "; ".join([*reasons, *thresholds, *([checked] if checked else [])])
         return NodeResult(node=node.id, status=PASS if held else DEPART, measured=measured,
                           expected=expect.describe(), probe=option.probe, seconds=seconds,
                           note=note, measurement=measurement)
@@ -135,7 +163,7 @@ class Walk:
         """Measure and judge one node without moving the walk (re-run, jump)."""
         node = self.playbook.nodes[node_id]
         calibration = self.calibration() if any(o.expect.calibrated() for o in node.measure) else None
-        return judge(node, self.capabilities(), self.measure, calibration)
+        return judge(node, self.capabilities(), self.measure, calibration, getattr(self.measure, "peek", None))
 
     def calibration(self) -> CalibrationLookup | None:
         if self._calibration == "cache":

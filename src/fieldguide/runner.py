@@ -116,6 +116,16 @@ class ProbeRunner:
         return result if result is not None and result.ok else None
 
     # -- measuring ------------------------------------------------------------------------
+    def peek(self, option: MeasureOption) -> Measurement | None:
+        """What is already measured for this option, without measuring or waiting: a cached
+        reading, or a prefetched window that has finished."""
+        _, _, key = self._key(option.probe, option.params)
+        with self._lock:
+            if key in self.cache:
+                return self.cache[key]
+            flight = self._inflight.get(key)
+        return flight.result if flight is not None and flight.done.is_set() else None
+
     def measure_probe(self, probe_id: str, params: dict[str, Any]) -> Measurement:
         probe_cls, merged, key = self._key(probe_id, params)
         with self._lock:

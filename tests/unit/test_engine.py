@@ -757,3 +757,28 @@ def test_tests_that_register_probes_pass_twice_in_one_process():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=here.parents[2])
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+class PeekingMeasure(FakeMeasure):
+    """A fake whose windows listed under `ready` were already measured (prefetched)."""
+
+    def __init__(self, values: dict[str, Any], ready: set[str]):
+        super().__init__(values)
+        self.ready = ready
+
+    def peek(self, option: Any) -> Measurement | None:
+        if option.probe not in self.ready:
+            return None
+        return Measurement(probe=option.probe, values=dict(self.values[option.probe]), provenance="constructed")
+
+
+def test_a_later_reading_that_disagrees_is_said_in_the_note_and_the_first_decides(slow_training):
+    values = healthy_values()
+    values["stacks.sample"] = {**values["stacks.sample"], "data_wait_fraction": 0.45}
+    fake = PeekingMeasure(values, ready={"stacks.sample"})
+    result = Walk(slow_training, lambda: set(LAUNCH), fake).run_node("input.data-wait")
+    assert result.status == PASS and result.probe == "loop.steps"
+    assert "cross-check: stacks.sample read data_wait_fraction 0.45 against 0.02" in result.note
+    assert fake.calls == ["loop.steps"]  # the cross-check measures nothing
+    agreeing = PeekingMeasure(healthy_values(), ready={"stacks.sample"})
+    assert "cross-check" not in Walk(slow_training, lambda: set(LAUNCH), agreeing).run_node("input.data-wait").note

@@ -248,3 +248,31 @@ def test_a_wait_before_the_forward_that_is_a_pageable_copy_is_named_a_copy_not_c
     walk = Walk(find_playbook("low-gpu-util"), lambda: {"process", "agent", "gpu"}, FakeMeasure(values))
     walk.run()
     assert walk.departure is not None and walk.departure.cause.id == "input.cpu_bound"
+
+
+def test_peek_gives_a_finished_prefetch_or_a_cached_reading_and_never_waits(temp_probes: Any) -> None:
+    import threading
+
+    from fieldguide.probes.base import Probe, ProbeContext
+
+    release = threading.Event()
+
+    class HeldWindow(Probe):
+        id = "test.walk.heldwindow"
+        title = "a window that ends when the test says"
+        values = {"n": ""}
+
+        def run(self, ctx: ProbeContext) -> Measurement:
+            release.wait(5)
+            return self.measurement(values={"n": 2})
+
+    temp_probes(HeldWindow)
+    runner = ProbeRunner(Alive(), budget=100.0)
+    window = MeasureOption(probe="test.walk.heldwindow", params={}, expect=parse_expectation({"n": {"below": 5}}))
+    assert runner.peek(window) is None  # never measured
+    runner.prefetch((window,), {"process"})
+    assert runner.peek(window) is None  # still running: no waiting for it
+    release.set()
+    runner.stop_prefetch()
+    assert runner.peek(window).values == {"n": 2}
+    assert runner(window).values == {"n": 2} and runner.peek(window).values == {"n": 2}
