@@ -194,6 +194,22 @@ def test_parse_raw_main_line():
                        ("_MultiProcessingDataLoaderIter._next_data", "torch/utils/data/dataloader.py")]
 
 
+def test_parse_raw_leaves_out_the_agents_own_frames():
+    """A launched job's backward runs through the agent's wrapper: the job's frames stay, the
+    wrapper never shows (nor in the stack tables of a report)."""
+    agent = "/venv/lib/python3.12/site-packages/fieldguide/agent/inside/capabilities/loop.py"
+    line = (f"thread ({MAIN_PID}): MainThread;<module> (train.py:30);backward (torch/_tensor.py:625);"
+            f"LoopTiming.wrap_backward.<locals>.backward ({agent}:250);"
+            "backward (torch/autograd/__init__.py:354) 9")
+    [s] = parse_raw(f'process {MAIN_PID}:"python train.py";{line}', MAIN_PID)
+    assert s.stack == [("<module>", "train.py"), ("backward", "torch/_tensor.py"),
+                       ("backward", "torch/autograd/__init__.py")]
+    assert s.leaf_line == 354
+    from fieldguide.probes.compilefacts import is_user_file
+
+    assert is_user_file("/job/train.py") and not is_user_file(agent)
+
+
 def test_parse_raw_worker_line():
     [s] = parse_raw(worker_line(101, WORKER_IDLE_STACK, 12), MAIN_PID)
     assert s.pid == 101 and s.role == "worker" and s.thread == "MainThread" and s.count == 12

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fieldguide.probes.stackclass import is_agent_file
 from fieldguide.probes.stats import median
 
 RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
@@ -40,7 +41,10 @@ def where(row: dict[str, Any]) -> str:
 
 
 def is_user_file(path: str | None) -> bool:
-    return bool(path) and not re.search(r"(?:^|/)(?:site-packages|dist-packages)/|/lib/python3[.\d]*/|^<", str(path))
+    """The job's own code: not a library's, not the standard library's, not fieldguide's agent's
+    (its forward pre-hook, which dynamo sees, once listed as `loop.py:147` among the user's frames)."""
+    return bool(path) and not is_agent_file(str(path)) and \
+        not re.search(r"(?:^|/)(?:site-packages|dist-packages)/|/lib/python3[.\d]*/|^<", str(path))
 
 
 @dataclass

@@ -73,6 +73,15 @@ _CALLS = (
 _PROFILER_FILES = ("torch/autograd/profiler.py", "torch/profiler/", "torch/autograd/profiler_util.py")
 
 
+# fieldguide's own agent inside a launched job (its wrappers on backward, torch.save and
+# DataLoader.__next__, its hooks): never the job's frame, never shown as one.
+AGENT_FILES = ("fieldguide/agent/inside/",)
+
+
+def is_agent_file(file: str) -> bool:
+    return any(a in file for a in AGENT_FILES)
+
+
 def _in(frame: Frame, *files: str) -> bool:
     return any(f in frame[1] for f in files)
 

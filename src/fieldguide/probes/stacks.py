@@ -43,6 +43,7 @@ from fieldguide.probes.stackclass import (
     STARTUP,
     ThreadSample,
     compile_state,
+    is_agent_file,
     summarize,
 )
 from fieldguide.probes.stepcycle import input_samples
@@ -97,6 +98,9 @@ def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
         leaf_line = None
         for raw in body.split(";") if body else []:
             fm = _FRAME.match(raw)
+            if fm and is_agent_file(fm.group(2)):
+                leaf_line = None  # the caller's line under an agent wrapper is not known
+                continue
             frames.append((fm.group(1), fm.group(2)) if fm else (raw, ""))
             leaf_line = int(fm.group(3)) if fm and fm.group(3) else None
         samples.append(ThreadSample(pid=pid, role="main" if pid == main_pid else "worker", thread=thread,

@@ -15,12 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldguide.probes.stackclass import IO, ThreadSample, classify_main
+from fieldguide.probes.stackclass import IO, ThreadSample, classify_main, is_agent_file
 
 # Fewer samples than this in a window say too little to decompose a step (at 50 Hz, 0.6 s).
 MIN_STEP_SAMPLES = 30
 _SAVE_FILE = "torch/serialization.py"
-_AGENT_FILES = ("fieldguide/agent/",)
 
 
 @dataclass
@@ -41,7 +40,7 @@ class StepStacks:
 def _frames(stack: list[list[Any]]) -> list[tuple[str, str]]:
     """(function, file), root first, without the agent's own wrappers (a hook around
     `backward` or `torch.save` is not the job's frame, and never shown as one)."""
-    return [(str(func), str(file)) for func, file, _ in stack if not any(a in str(file) for a in _AGENT_FILES)]
+    return [(str(func), str(file)) for func, file, _ in stack if not is_agent_file(str(file))]
 
 
 def step_stacks(reply: dict[str, Any], pid: int, source: Callable[[str, int], str]) -> StepStacks:
@@ -53,7 +52,7 @@ def step_stacks(reply: dict[str, Any], pid: int, source: Callable[[str, int], st
         if not frames:
             continue
         leaf_file, leaf_line = str(stack[-1][1]), int(stack[-1][2])
-        leaf_source = source(leaf_file, leaf_line) if not any(a in leaf_file for a in _AGENT_FILES) else ""
+        leaf_source = source(leaf_file, leaf_line) if not is_agent_file(leaf_file) else ""
         category = classify_main(frames, leaf_source)
         for into, count in ((out.all, n_all), (out.active, n_cpu), (out.in_phase, n_phase)):
             if count:
