@@ -1,9 +1,12 @@
 """What the in-process agent costs a training job: plain vs agent, side by side.
 
-usage: python benchmarks/agent_cost.py [--rounds 8] [--seconds 12] [--arm memory]
+usage: python benchmarks/agent_cost.py [--rounds 8] [--seconds 12] [--arm memory] [--sample] [--width N]
 
 With --arm, the agent's named capabilities measure from the job's start, as the oom
-playbook asks (memory: a saved-tensor pack hook on every step's forward).
+playbook asks (memory: a saved-tensor pack hook on every step's forward). With --sample, the
+agent samples the training thread's stacks over whole steps all the time (`step_stacks`
+windows back to back at 50 Hz, as loop.steps asks during a walk). --width sets the MLP's
+width in bench_target.py (1024: ~10-16 ms steps here; 256: ~3 ms).
 
 Each round starts bench_target.py twice at the same moment, once plain and once
 with fieldguide's agent loaded (LaunchTarget, no probes), each on one intra-op
@@ -50,10 +53,22 @@ def parse(lines: list[str]) -> list[tuple[float, int]]:
     return rows
 
 
-def one_round(seconds: float, agent_first: bool, arm: tuple[str, ...] = ()) -> tuple[float, float, int]:
+def keep_sampling(target: object, until: float) -> None:
+    """step_stacks windows back to back while the job runs, as a walk's loop.steps asks for one."""
+    while time.monotonic() < until:
+        conn = target.agent.primary() if target.agent else None  # type: ignore[attr-defined]
+        if conn is None or not conn.steps_total:
+            time.sleep(0.1)
+            continue
+        target.agent.request("loop", {"seconds": 3.0, "rate": 50}, timeout=10,  # type: ignore[attr-defined]
+                             name="step_stacks")
+
+
+def one_round(seconds: float, agent_first: bool, arm: tuple[str, ...] = (), sample: bool = False,
+              width: int = 1024) -> tuple[float, float, int]:
     from fieldguide.targets import LaunchTarget
 
-    env = dict(os.environ, BENCH_SECONDS=str(seconds), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, BENCH_SECONDS=str(seconds), PYTHONUNBUFFERED="1", BENCH_WIDTH=str(width))
     plain_lines: list[str] = []
     agent_lines: list[str] = []
     target = None
@@ -70,6 +85,8 @@ def one_round(seconds: float, agent_first: bool, arm: tuple[str, ...] = ()) -> t
     else:
         plain = start_plain()
         target = LaunchTarget([sys.executable, str(TARGET)], echo=agent_lines.append, env=env, arm=arm)
+    if sample:
+        threading.Thread(target=keep_sampling, args=(target, time.monotonic() + seconds), daemon=True).start()
     plain.wait()
     target.popen.wait()
     time.sleep(0.5)
@@ -88,17 +105,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--arm", default="", help="agent capabilities armed from the start, e.g. memory")
+    ap.add_argument("--sample", action="store_true", help="the training thread sampled over whole steps throughout")
+    ap.add_argument("--width", type=int, default=1024, help="the benchmark MLP's width (256: ~3 ms steps)")
     args = ap.parse_args()
     arm = tuple(a for a in args.arm.split(",") if a)
     costs = []
     print("round  plain steps/s  agent steps/s  cost    agent saw")
     for i in range(args.rounds):
-        plain, agent, seen = one_round(args.seconds, agent_first=bool(i % 2), arm=arm)
+        plain, agent, seen = one_round(args.seconds, agent_first=bool(i % 2), arm=arm, sample=args.sample,
+                                       width=args.width)
         cost = 1 - agent / plain
         costs.append(cost)
         print(f"{i + 1:>5}  {plain:13.1f}  {agent:13.1f}  {cost:+6.1%}  {seen} steps")
     q = statistics.quantiles(costs, n=4) if len(costs) >= 2 else [costs[0]] * 3
-    print(f"agent{' armed: ' + args.arm if arm else ''} cost: median {statistics.median(costs):+.2%} over {len(costs)} rounds; "
+    what = (" armed: " + args.arm if arm else "") + (" sampling whole steps" if args.sample else "")
+    print(f"agent{what} (width {args.width}) cost: median {statistics.median(costs):+.2%} over {len(costs)} rounds; "
           f"min {min(costs):+.2%}, quartiles {q[0]:+.2%} .. {q[2]:+.2%}, max {max(costs):+.2%}")
 
 
