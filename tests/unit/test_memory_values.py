@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import random
+import sys
 from typing import Any
 
 import pytest
@@ -173,6 +174,30 @@ def test_the_holder_of_a_kept_object_is_named_through_its_container() -> None:
     assert memread.holder(kept, set()) == "a list of 1 items kept by Net.seen"
     del net
     gc.collect()
+
+
+def a_loop_that_keeps_its_losses(frames: list[Any]) -> None:
+    kept = []
+    for step in range(3):
+        loss = object()
+        kept.append(loss)  # the line a leak must point at
+        frames.append(sys._getframe())
+    assert kept
+
+
+def test_a_local_that_grows_is_named_with_the_line_that_adds_to_it() -> None:
+    """Not the line the frame stands at when the census runs (once `scaler.step`'s line)."""
+    import inspect
+
+    frames: list[Any] = []
+    a_loop_that_keeps_its_losses(frames)
+    frame = frames[-1]
+    kept = frame.f_locals["kept"]
+    lines, first = inspect.getsourcelines(a_loop_that_keeps_its_losses)
+    append_line = first + next(i for i, text in enumerate(lines) if "kept.append" in text)
+    assert memread.holder(kept[0], set(), frames=[frame]) == (
+        f"a list of 3 items kept by kept, a local of a_loop_that_keeps_its_losses (test_memory_values.py:{append_line})")
+    assert memread.growth_site(frame.f_code, "nothing_like_it") is None
 
 
 def test_limits_of_this_process_include_the_available_ram() -> None:

@@ -302,11 +302,35 @@ def growing_groups(before: dict[str, Any], after: dict[str, Any]) -> list[dict[s
 
 
 # -- who keeps them alive --------------------------------------------------------------------------
+_GROWS = r"\b{}\s*(?:\.(?:append|extend|add|insert|update|setdefault|__setitem__)\(|\[[^\]]*\]\s*=[^=]|\+=|=\s*(?:torch\.)?(?:cat|stack)\()"
+
+
+def growth_site(code: Any, name: str) -> int | None:
+    """The line of `code`'s function that adds to its local `name` (`name.append(...)`,
+    `name[k] = ...`, `name += ...`, `name = torch.cat(...)`); None if no line does."""
+    import linecache
+
+    lines = linecache.getlines(code.co_filename)
+    try:
+        last = max(line for *_, line in code.co_lines() if line)
+    except (AttributeError, ValueError):
+        last = code.co_firstlineno
+    pattern = re.compile(_GROWS.format(re.escape(name)))
+    for number in range(code.co_firstlineno, min(last, len(lines)) + 1):
+        if pattern.search(lines[number - 1].split("#", 1)[0]):
+            return number
+    return None
+
+
 def _frame_name(frame: FrameType, obj: Any) -> str | None:
+    """A local of a running frame that is `obj`: named with the line that adds to it, not the
+    line the frame happens to be at (a leak once pointed at `scaler.step`, not the `append`)."""
     for name, value in frame.f_locals.items():
         if value is obj:
             code = frame.f_code
-            return f"{name}, a local of {code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+            site = growth_site(code, name)
+            where = f"{os.path.basename(code.co_filename)}:{site}" if site else os.path.basename(code.co_filename)
+            return f"{name}, a local of {code.co_name} ({where})"
     return None
 
 
