@@ -12,6 +12,7 @@ Pure: no I/O, so it is tested on constructed marks.
 
 from __future__ import annotations
 
+import collections
 import statistics
 from collections.abc import Iterable
 from typing import Any
@@ -36,7 +37,7 @@ SHARE_TITLES = {
     "device_init": "CUDA / process-group init",
     "model_build": "building the model",
     "checkpoint": "loading checkpoints (torch.load)",
-    "data_setup": "set-up before the first batch (dataset, loader)",
+    "data_setup": "the job's own set-up before the first batch",
     "compile": "compiling (torch.compile)",
     "warmup": "the first steps, until steady (not compiling)",
 }
@@ -119,8 +120,10 @@ def take_apart(started: float, marks: list[dict[str, Any]], compiles: list[dict[
     if not steady and end > previous:
         phases.append({"phase": "now", "title": "Still starting (not steady yet)",
                        "start_s": round(previous - started, 3), "seconds": round(end - previous, 3)})
+    samples = [(float(t), str(w)) for m in marks for t, w in (m.get("where") or [])]
     return {"phases": phases, "shares": _shares(started, end, points, spans), "total_s": round(end - started, 3),
-            "steady": steady, "steady_step": step if steady else None}
+            "steady": steady, "steady_step": step if steady else None,
+            "where": share_where(started, end, points, spans, samples)}
 
 
 def _shares(started: float, end: float, points: dict[str, float],
@@ -138,6 +141,30 @@ def _shares(started: float, end: float, points: dict[str, float],
         lo, hi = min(max(lo, started), end), min(max(hi, started), end)
         shares[name] = _length(_minus([(lo, hi)], taken)) if hi > lo else 0.0
     return {name: round(seconds, 3) for name, seconds in shares.items()}
+
+
+def _windows(started: float, end: float, points: dict[str, float],
+             spans: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
+    """The seconds of the untimed shares (imports, data_setup), as _shares counts them."""
+    taken = _union([s for name in SPANS for s in _clip(spans[name], started, end)])
+    torch_in = points.get("torch_import", end)
+    forward = min(points.get("first_forward", end), points.get("first_step", end))
+    return {name: _minus([(max(lo, started), min(hi, end))], taken) if min(hi, end) > max(lo, started) else []
+            for name, lo, hi in (("imports", started, torch_in), ("data_setup", torch_in, forward))}
+
+
+def share_where(started: float, end: float, points: dict[str, float], spans: dict[str, list[tuple[float, float]]],
+                samples: list[tuple[float, str]]) -> dict[str, str]:
+    """For the shares nothing timed, the line of the job's own code the main thread was at most
+    often in them ("build_index (train.py:40), 78% of 31 samples"): what the share was spent on."""
+    out: dict[str, str] = {}
+    for name, windows in _windows(started, end, points, spans).items():
+        seen = collections.Counter(w for t, w in samples if any(a <= t < b for a, b in windows))
+        total = sum(seen.values())
+        if total >= 3:
+            where, count = seen.most_common(1)[0]
+            out[name] = f"{where}, {count / total:.0%} of {total} samples"
+    return out
 
 
 def step_signal(signals: Iterable[dict[str, Any]]) -> dict[str, Any] | None:

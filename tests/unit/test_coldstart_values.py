@@ -73,6 +73,18 @@ def test_timed_spans_claim_their_seconds_once_and_the_rest_goes_to_the_stretch()
     assert "cuda_init" in [p["phase"] for p in cold["phases"]]  # its end is a milestone on the timeline
 
 
+def test_an_untimed_share_is_named_for_the_line_the_main_thread_was_at_in_it():
+    """The seconds before the model in a job that builds no dataset: named for its own line, not
+    called "the dataset and the loader". Samples inside a timed span (a checkpoint) are not its."""
+    where = [[101.0 + i * 0.1, "read_config (train.py:12)"] for i in range(1, 8)]
+    where += [[102.0 + i * 0.1, "load (train.py:30)"] for i in range(2, 14)]  # inside torch.load: timed
+    where += [[103.6, "main (train.py:50)"], [103.7, "read_config (train.py:12)"], [100.5, "<module> (train.py:2)"]]
+    cold = take_apart(100.0, job(checkpoint=(102.0, 103.5)) + [{"where": where}], [], now=200.0)
+    assert cold is not None
+    assert cold["where"]["data_setup"] == "read_config (train.py:12), 89% of 9 samples"
+    assert "imports" not in cold["where"]  # one sample says nothing
+
+
 def test_a_job_still_starting_is_taken_apart_up_to_now():
     marks = [{"mark": "interpreter", "t": 100.1}, {"mark": "torch_import", "t": 101.0}]
     cold = take_apart(100.0, marks, [], now=160.0)

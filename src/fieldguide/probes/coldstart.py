@@ -20,7 +20,8 @@ class StartPhases(Probe):
     params = {"settle": 30.0}  # most seconds to wait for the steps to settle
     values = {"seconds_to_steady": "s", "steady": "", "steady_step": "", "dominant": "", "dominant_s": "s",
               **{f"{name}_s": "s" for name in SHARE_TITLES},
-              **{f"{name}_fraction": "fraction" for name in SHARE_TITLES}}
+              **{f"{name}_fraction": "fraction" for name in SHARE_TITLES},
+              "imports_where": "", "data_setup_where": ""}
     parts = tuple(f"{name}_fraction" for name in SHARE_TITLES)
 
     def run(self, ctx: ProbeContext, settle: float = 30.0) -> Measurement:
@@ -48,13 +49,21 @@ class StartPhases(Probe):
         for name, share in shares.items():
             values[f"{name}_s"] = share
             values[f"{name}_fraction"] = round(share / total, 4) if total > 0 else 0.0
+        missing = {}
+        for name in ("imports", "data_setup"):
+            where = (cold.get("where") or {}).get(name)
+            if where:
+                values[f"{name}_where"] = where
+            else:
+                missing[f"{name}_where"] = "fewer than 3 samples of the main thread in it (10 a second)"
         provenance = ("agent marks on the system-wide monotonic clock from the spawn on: interpreter up "
                       "(sitecustomize), torch imported, torch.cuda._lazy_init, the first parameter registered, "
-                      "the first forward, the first step; torch.load, init_process_group and compiles timed; "
+                      "the first forward, the first step; torch.load, init_process_group and compiles timed; the main thread's "
+                      "line of the job's own code sampled 10 times a second until the first forward; "
                       f"steady = the first step from which {STEADY_WINDOW} steps have their mean within 10% of the "
                       "settled median, none over 3x it")
         if not cold["steady"]:
             provenance += f"; NOT steady yet after {total:.1f} s: the time so far"
         table = [{"phase": p["title"], "from_s": p["start_s"], "seconds": p["seconds"]} for p in cold["phases"]]
-        return self.measurement(values=values, seconds=seconds, provenance=provenance,
+        return self.measurement(values=values, missing=missing, seconds=seconds, provenance=provenance,
                                 evidence={"cold_start": cold, "table": table})

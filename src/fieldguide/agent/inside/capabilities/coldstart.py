@@ -7,14 +7,17 @@ parameter registered on any module), `first_forward` (the first module call: a b
 `cuda_init` (torch.cuda._lazy_init), `dist_init` (init_process_group), `checkpoint`
 (torch.load), and `model_build`, from the first to the last parameter registered before the
 first forward. Then the end of each of the first STEPS_KEPT steps, so fieldguide can tell when
-steps settle. fieldguide's clock (time.monotonic) is the same clock: CLOCK_MONOTONIC is
+steps settle. Until the first forward, the main thread's innermost line of the job's own code,
+ten times a second (`where`), so that each phase is named for what happened in it. fieldguide's clock (time.monotonic) is the same clock: CLOCK_MONOTONIC is
 system-wide on Linux, so the launcher's spawn time and these marks line up.
 """
 
 from __future__ import annotations
 
 import functools
+import random
 import sys
+import threading
 import time
 from types import ModuleType
 from typing import Any
@@ -22,6 +25,19 @@ from typing import Any
 from ..capability import Capability
 
 STEPS_KEPT = 300  # step ends streamed; steady state is decided well within these
+START_SAMPLE_S = 0.1  # the main thread's line sampled this often until the first forward
+START_SAMPLE_MAX_S = 600.0
+_LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen", "fieldguide/agent/inside/")
+
+
+def where_now(frame: Any) -> str | None:
+    """The innermost line of the job's own code in a stack: where its start-up spends the time."""
+    while frame is not None:
+        code = frame.f_code
+        if not any(mark in code.co_filename for mark in _LIBRARY) and not code.co_filename.startswith("<"):
+            return f"{getattr(code, 'co_qualname', code.co_name)} ({code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno})"
+        frame = frame.f_back
+    return None
 
 
 class ColdStart(Capability):
@@ -37,6 +53,32 @@ class ColdStart(Capability):
         self.first_param: float | None = None
         self.mark("interpreter", time.monotonic())
         self.agent.add_step_listener(self)
+        threading.Thread(target=self.sample_start, args=(threading.main_thread().ident,),
+                         name="fieldguide-start-sampler", daemon=True).start()
+
+    def sample_start(self, main: int | None) -> None:
+        """Until the first forward: which line of the job's code the main thread is at, so that a
+        phase of the start is named for what happened in it (not for what usually does)."""
+        jitter = random.Random()
+        batch: list[list[Any]] = []
+        began = last_sent = time.monotonic()
+        try:
+            while "first_forward" not in self.seen and time.monotonic() - began < START_SAMPLE_MAX_S \
+                    and not self.agent.disabled:
+                time.sleep(jitter.uniform(0.5, 1.5) * START_SAMPLE_S)
+                frame = sys._current_frames().get(main) if main is not None else None
+                where = where_now(frame)
+                del frame
+                now = time.monotonic()
+                if where:
+                    batch.append([round(now, 4), where])
+                if batch and now - last_sent >= 2.0:
+                    self.marks.append({"where": batch})
+                    batch, last_sent = [], now
+        except Exception:
+            pass  # the job must run the same with or without us
+        if batch:
+            self.marks.append({"where": batch})
 
     def mark(self, name: str, t: float, **extra: Any) -> None:
         if name not in self.seen:
