@@ -178,7 +178,7 @@ def test_the_holder_of_a_kept_object_is_named_through_its_container() -> None:
 
 def a_loop_that_keeps_its_losses(frames: list[Any]) -> None:
     kept = []
-    for step in range(3):
+    for _ in range(3):
         loss = object()
         kept.append(loss)  # the line a leak must point at
         frames.append(sys._getframe())

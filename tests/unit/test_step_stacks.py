@@ -1,6 +1,7 @@
-"""The training thread's samples over whole steps (launch mode), read as attach mode reads py-spy's:
-a batch taken between the forward and the backward is input, a hand-written update in the loop's
-own lines is not, and torch.save's timed share is the I/O the samples need not estimate."""
+"""Launch mode reads a step's input and I/O as attach mode does: from the stack window's samples
+of the training thread over whole steps (a batch taken between the forward and the backward is
+input, a hand-written update in the loop's own lines is not), with the agent's exact timings
+where it has them (torch.save), and its own input-phase samples only when there is no window."""
 
 from __future__ import annotations
 
@@ -9,86 +10,88 @@ from typing import Any
 import pytest
 
 from fieldguide.probes.loop import input_view, loop_values
-from fieldguide.probes.stepstacks import io_outside_save, step_stacks
+from fieldguide.probes.stackclass import ThreadSample
+from fieldguide.probes.stacks import stack_values
+from fieldguide.probes.stepstacks import step_stacks
 
 JOB = "/job/train.py"
 MODULE = "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"
-ROOT = [["<module>", JOB, 60], ["main", JOB, 40]]
-FORWARD = [*ROOT, ["Module._wrapped_call_impl", MODULE, 1775], ["Module._call_impl", MODULE, 1786],
-           ["Net.forward", JOB, 20]]
-BACKWARD = [*ROOT, ["Tensor.backward", "/venv/lib/python3.12/site-packages/torch/_tensor.py", 625],
-            ["backward", "/venv/lib/python3.12/site-packages/torch/autograd/__init__.py", 354],
-            ["backward", "/venv/lib/python3.12/site-packages/fieldguide/agent/inside/capabilities/loop.py", 250]]
-OPTIMIZER = [*ROOT, ["SGD.step", "/venv/lib/python3.12/site-packages/torch/optim/sgd.py", 120]]
-GET_BATCH = [*ROOT, ["get_batch", JOB, 12]]
-SAVE = [*ROOT, ["save", "/venv/lib/python3.12/site-packages/torch/serialization.py", 966]]
-UPDATE = [["<module>", JOB, 60], ["main", JOB, 44]]  # `p -= lr * p.grad`, in the loop's own lines
-
-SOURCE = {(JOB, 12): "time.sleep(0.004)", (JOB, 44): "p -= lr * p.grad"}
+AGENT = "/venv/lib/python3.12/site-packages/fieldguide/agent/inside/capabilities/loop.py"
+ROOT = [("<module>", JOB), ("main", JOB)]
+FORWARD = [*ROOT, ("Module._wrapped_call_impl", MODULE), ("Module._call_impl", MODULE), ("Net.forward", JOB)]
+BACKWARD = [*ROOT, ("Tensor.backward", "/venv/lib/python3.12/site-packages/torch/_tensor.py"),
+            ("backward", "/venv/lib/python3.12/site-packages/torch/autograd/__init__.py")]
+OPTIMIZER = [*ROOT, ("SGD.step", "/venv/lib/python3.12/site-packages/torch/optim/sgd.py")]
+GET_BATCH = [*ROOT, ("get_batch", JOB)]
+SAVE = [*ROOT, ("save", "/venv/lib/python3.12/site-packages/torch/serialization.py")]
+UPDATE = ROOT  # `p -= lr * p.grad`, in the loop's own lines
 
 
-def source(file: str, line: int) -> str:
-    return SOURCE.get((file, line), "")
+def window(*entries: tuple[list[tuple[str, str]], int, int, str]) -> dict[str, Any]:
+    """The stack window's values from (stack, samples, on the CPU, the leaf line's source)."""
+    every, active = [], []
+    for stack, n, cpu, source in entries:
+        every.append(ThreadSample(pid=1, role="main", thread="MainThread", stack=stack, count=n,
+                                  leaf_line=10, leaf_source=source))
+        if cpu:
+            active.append(ThreadSample(pid=1, role="main", thread="MainThread", stack=stack, count=cpu,
+                                       leaf_line=10, leaf_source=source))
+    values, _ = stack_values(every, active, device=False)
+    return values
 
 
-def reply(*entries: tuple[list[list[Any]], int, int, int]) -> dict[str, Any]:
-    """(stack, samples, on the CPU, in the input phase) per distinct stack."""
-    return {"stacks": [[stack, n, cpu, phase] for stack, n, cpu, phase in entries],
-            "samples": sum(e[1] for e in entries), "ticks": 120, "seconds": 2.4, "cpu_clock": True}
-
-
-def rows(n: int = 20, wall: float = 0.05, save: float = 0.0) -> list[list[Any]]:
+def rows(n: int = 20, wall: float = 0.05, save: float = 0.0, phase: float = 0.001) -> list[list[Any]]:
     """Steps ended by the optimizer, a forward each, no DataLoader."""
-    return [[1000.0 + i * wall, wall, 0.0, "o", 0.001, 0.001, 0.0, 1, 0, 1, save, None] for i in range(n)]
+    return [[1000.0 + i * wall, wall, 0.0, "o", phase, phase, 0.0, 1, 0, 1, save, None] for i in range(n)]
 
 
-def values(stacks_reply: dict[str, Any], step_rows: list[list[Any]] | None = None) -> tuple[dict, dict]:
-    stacks = step_stacks(stacks_reply, 4242, source)
-    return loop_values(step_rows or rows(), [], 0.0, 2000.0, 10, 3, input_view(stacks), stacks)
+def launched(step_rows: list[list[Any]], outside: dict[str, Any] | None, view: Any = None) -> tuple[dict, dict]:
+    return loop_values(step_rows, [], 0.0, 2000.0, 10, 3, view, outside)
 
 
-def test_a_batch_taken_between_the_forward_and_the_backward_is_input() -> None:
-    """The prefetch pattern: the input phase (a step's end to the next forward) is empty, the
+def test_a_batch_taken_between_the_forward_and_the_backward_is_input_in_both_modes() -> None:
+    """The prefetch pattern: the input phase (a step's end to the next forward) is empty; the
     wait is after the forward. Half the samples wait in get_batch, 2 of 50 on the CPU."""
-    got, missing = values(reply((FORWARD, 20, 20, 0), (GET_BATCH, 50, 2, 0), (BACKWARD, 25, 25, 0),
-                                (OPTIMIZER, 5, 5, 0)))
-    assert got["data_wait_fraction"] == pytest.approx(0.5)
-    assert got["input_from"] == "get_batch (train.py), in the loop"
-    assert got["producer"] == "the training thread"
-    assert got["producer_cpu_fraction"] == pytest.approx(0.04)
+    outside = window((FORWARD, 20, 20, ""), (GET_BATCH, 50, 2, "time.sleep(0.004)"), (BACKWARD, 25, 25, ""),
+                     (OPTIMIZER, 5, 5, ""))
+    got, missing = launched(rows(), outside)
+    assert got["data_wait_fraction"] == pytest.approx(outside["data_wait_fraction"]) == pytest.approx(0.5)
+    assert got["input_from"] == outside["input_from"] == "get_batch (train.py), in the loop"
+    assert got["producer_cpu_fraction"] == pytest.approx(0.04) and got["producer"] == "the training thread"
     assert "data_wait_fraction" not in missing
 
 
-def test_a_hand_written_update_in_the_loop_is_not_input() -> None:
-    """Everything from backward's end to the next forward is the input phase; an update written
-    in the loop's own lines sits there, and once read as 45% waiting for data."""
-    got, _ = values(reply((FORWARD, 30, 30, 0), (BACKWARD, 25, 25, 0), (UPDATE, 45, 45, 45)))
+def test_a_hand_written_update_in_the_loops_own_lines_is_not_input() -> None:
+    """From backward's end to the next forward is the input phase; an update written in the loop's
+    own lines sits there, and once read as 45% waiting for data."""
+    outside = window((FORWARD, 30, 30, ""), (BACKWARD, 25, 25, ""), (UPDATE, 45, 45, "p -= lr * p.grad"))
+    got, _ = launched(rows(phase=0.0225), outside)
     assert got["data_wait_fraction"] == 0.0
-    assert got["input_from"] == "no call for a batch seen in the loop"
 
 
-def test_a_checkpoint_is_io_by_its_timed_share_and_not_counted_twice() -> None:
-    """torch.save timed at 16% of each step; its samples (a few, by chance) are not added again."""
-    r = reply((FORWARD, 40, 40, 0), (BACKWARD, 40, 40, 0), (SAVE, 6, 6, 6), (OPTIMIZER, 14, 14, 0))
-    got, _ = values(r, rows(save=0.008))
+def test_a_checkpoint_is_io_by_its_timed_share_and_its_samples_are_not_counted_twice() -> None:
+    """torch.save timed at 16% of each step; the window saw it in 6% of samples (by chance), plus
+    a log write in 5% more: 16% + 5%."""
+    outside = window((FORWARD, 40, 40, ""), (BACKWARD, 35, 35, ""), (SAVE, 6, 6, ""),
+                     ([*ROOT, ("log_metrics", JOB)], 5, 0, "f.write(line)"), (OPTIMIZER, 14, 14, ""))
+    assert outside["torch_save_fraction"] == pytest.approx(0.06)
+    got, _ = launched(rows(save=0.008), outside)
     assert got["save_fraction"] == pytest.approx(0.16)
-    assert got["io_fraction"] == pytest.approx(0.16)
-    assert io_outside_save(step_stacks(r, 1, source)) == 0.0
-    assert got["data_wait_fraction"] == 0.0  # a checkpoint is not input
+    assert got["io_fraction"] == pytest.approx(0.16 + 0.05)
 
 
-def test_too_few_samples_fall_back_to_the_input_phase_and_agent_frames_are_dropped() -> None:
-    few = reply((FORWARD, 5, 5, 0), (GET_BATCH, 5, 0, 0), (BACKWARD, 5, 5, 0))
-    stacks = step_stacks(few, 1, source)
-    assert not stacks.enough
+def test_without_a_stack_window_the_input_phase_decides_and_its_samples_say_what_it_held() -> None:
+    """The agent's own samples, taken in the phase: a checkpoint there is not input. Its wrapper
+    frames are dropped; the job's frames stay."""
+    reply = {"stacks": [[[[f, p, 10] for f, p in SAVE], 8, 8, 8],
+                        [[[f, p, 12] for f, p in GET_BATCH], 2, 2, 2],
+                        [[*[[f, p, 10] for f, p in BACKWARD], ["backward", AGENT, 250]], 30, 30, 0]],
+             "samples": 40, "cpu_clock": True, "cuda": False}
+    stacks = step_stacks(reply, 1, lambda file, line: "")
     assert all("fieldguide/agent" not in f for s in stacks.all for _, f in s.stack)
-    got, _ = values(few)
-    assert got["input_from"] == "the time between a step and the next forward"
-
-
-def test_without_a_cpu_clock_the_producer_is_not_guessed() -> None:
-    r = dict(reply((FORWARD, 20, 0, 0), (GET_BATCH, 50, 0, 0), (BACKWARD, 30, 0, 0)), cpu_clock=False)
-    got, missing = values(r)
-    assert got["data_wait_fraction"] == pytest.approx(0.5)
-    assert got["producer_cpu_fraction"] is None
-    assert "no CPU clock" in missing["producer_cpu_fraction"]
+    view = input_view(stacks)
+    assert view.io_share == pytest.approx(0.8)
+    got, missing = launched(rows(phase=0.01), None, view)
+    assert got["input_from"] == "get_batch (train.py:12), between steps"
+    assert got["data_wait_fraction"] == pytest.approx(0.2 * 0.2)  # the phase, less its I/O
+    assert "no stack window" in missing["io_fraction"]

@@ -15,7 +15,7 @@ from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.stats import median, quantile
-from fieldguide.probes.stepstacks import StepStacks, io_outside_save, step_stacks
+from fieldguide.probes.stepstacks import StepStacks, step_stacks
 
 _LIBRARY = re.compile(r"(?:^|/)(?:torch|site-packages|dist-packages)/|/lib/python3[.\d]*/|^<")
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
@@ -56,7 +56,7 @@ def input_view(stacks: StepStacks, min_samples: int = 5) -> InputView:
     categories: collections.Counter[str] = collections.Counter()
     frames: collections.Counter[str] = collections.Counter()
     for sample in stacks.in_phase:
-        category = classify_main(sample.stack, sample.leaf_source)
+        category = sample.category or classify_main(sample.stack, sample.leaf_source, stacks.device)
         categories[category] += sample.count
         user = _user_frame(sample.stack, sample.leaf_line)
         if category != IO and user:
@@ -68,35 +68,21 @@ def input_view(stacks: StepStacks, min_samples: int = 5) -> InputView:
                      frame=frames.most_common(1)[0][0] if frames else None, categories=dict(categories))
 
 
-def whole_step_input(stacks: StepStacks | None) -> tuple[float, str | None, float | None] | None:
-    """From the training thread's samples over whole steps: the share fetching the next batch,
-    the call that fetches it, and the share of that on the CPU (None: no CPU clock). None when
-    the samples are too few or show no training loop (then the input phase decides)."""
-    from fieldguide.probes.stepcycle import input_samples
-
-    if stacks is None or not stacks.enough:
-        return None
-    fetched = input_samples(stacks.all, stacks.active)
-    if fetched is None or not fetched.samples:
-        return None
-    cpu = fetched.on_cpu / fetched.waiting_or_working if stacks.cpu_clock and fetched.waiting_or_working else None
-    return fetched.waiting_or_working / fetched.samples, fetched.call, cpu
-
-
 def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_start: float,
                 window_end: float, steps_before: int, warmup_steps: int = 3,
                 view: InputView | None = None,
-                stacks: StepStacks | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+                outside: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """Loop values over the steps that ended inside [window_start, window_end], and why any is missing.
 
     `steps` rows are the agent's [t_end, wall_s, loader_wait_s, boundary, input_s, ...];
     `steps_before` is how many steps the process had finished before the first row, so
     that its first `warmup_steps` (allocations, lazy init) are left out.
     Input: with a DataLoader, the wait inside its __next__ (timed, wherever the loop calls it);
-    without one, the training thread's samples over whole steps read as attach mode reads
-    py-spy's (the loop's calls for its next batch, wherever in the step), else the input phase
-    (from each backward or optimizer step to the next forward, torch.save time taken out).
-    I/O: torch.save's own time (timed), plus the samples' other file, network and serialization.
+    without one, the stack window's reading (`outside`: py-spy's samples of the training thread,
+    the same reading attach mode makes, so the two modes cannot disagree on it: the loop's calls
+    for its next batch, wherever in the step), else the input phase (from each backward or
+    optimizer step to the next forward, torch.save time taken out).
+    I/O: torch.save's own time, timed, plus what the stack window saw in other I/O.
     """
     rows = [_padded(row) for i, row in enumerate(steps)
             if window_start <= row[T_END] <= window_end and steps_before + i >= warmup_steps]
@@ -119,12 +105,16 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
                                                "the training thread"
         elif loader_wait and all(r[LOADER_CPU] is not None for r in loader_rows):
             producer_cpu = min(sum(r[LOADER_CPU] for r in loader_rows) / loader_wait, 1.0)
-    elif rows and (fetched := whole_step_input(stacks)) is not None:
-        share, call, producer_cpu = fetched
-        input_from = f"{call}, in the loop" if call else "no call for a batch seen in the loop"
+    elif rows and outside and outside.get("data_wait_fraction") is not None and outside.get("input_from"):
+        # py-spy reads without the GIL: the agent's own samples (taken with it) land after the GIL
+        # is released, and saw a tokenizer that holds it in 10% of samples for 50% of the time.
+        share = float(outside["data_wait_fraction"])
+        input_from = str(outside["input_from"])  # as attach mode says it: the same samples
         waits = [r[WALL] * share for r in rows]
-        if producer_cpu is None and share:
-            missing["producer_cpu_fraction"] = "no CPU clock for the training thread here"
+        if outside.get("producer") == "the training thread":
+            producer_cpu = outside.get("producer_cpu_fraction")
+        elif share:
+            missing["producer_cpu_fraction"] = "too few samples making the batch to tell"
     elif phased and len(phased) * 2 >= len(rows):
         # The phase from the end of a step to the next forward, less what its stack samples show
         # was file/network I/O (a checkpoint or a log write after the step is not input).
@@ -143,13 +133,16 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
     if producer_cpu is None and "producer_cpu_fraction" not in missing:
         missing["producer_cpu_fraction"] = "too little input time to tell"
     saved = sum(r[SAVE] or 0.0 for r in rows)
-    elsewhere = io_outside_save(stacks) if stacks is not None and stacks.enough else None
     io_fraction = None
-    if wall_total:
-        io_fraction = min(saved / wall_total + (elsewhere or 0.0), 1.0)
-        if elsewhere is None and not saved:
-            io_fraction = None  # nothing timed, nothing sampled: unknown, not zero
-            missing["io_fraction"] = "no torch.save timed and too few samples of the training thread"
+    if wall_total and outside is not None and outside.get("io_fraction") is not None:
+        # torch.save timed; the samples estimate only the I/O outside it.
+        elsewhere = max(float(outside["io_fraction"]) - float(outside.get("torch_save_fraction") or 0.0), 0.0)
+        io_fraction = min(saved / wall_total + elsewhere, 1.0)
+    elif wall_total and saved:
+        io_fraction = saved / wall_total
+        missing["io_fraction"] = "torch.save timed; I/O outside it is not seen without the stack window"
+    else:
+        missing["io_fraction"] = "no torch.save timed, and no stack window to see other I/O"
     backwards = [r[BACKWARDS] for r in rows if r[BACKWARDS] is not None]
     closures = [r[CLOSURES] for r in rows if r[CLOSURES] is not None]
     values = {
@@ -173,15 +166,6 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         "save_fraction": round(saved / wall_total, 4) if wall_total else None,
     }
     return values, missing
-
-
-def step_evidence(stacks: StepStacks) -> dict[str, Any]:
-    """What the training thread did over whole steps, as the attach-mode window shows it."""
-    from fieldguide.probes.stacks import stack_values
-
-    _, evidence = stack_values(stacks.all, stacks.active)
-    return {"samples": stacks.samples, "on_cpu_known": stacks.cpu_clock,
-            "categories": evidence["main_categories"], "top_stacks": evidence["top_stacks"]}
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -247,9 +231,10 @@ class LoopSteps(AgentProbe):
         end = time.monotonic()
         stacks = self._step_stacks(ctx, sampled)
         view = input_view(stacks) if stacks is not None else None
+        outside = self._stack_window(ctx)
         steps = list(conn.steps)
         steps_before = conn.steps_total - len(steps)
-        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view, stacks)
+        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view, outside)
         elapsed = end - started
         provenance = self._provenance(values, f"{elapsed:.1f} s window", failures)
         if values["steps"] < 2:
@@ -263,8 +248,6 @@ class LoopSteps(AgentProbe):
         if view is not None and view.samples:
             evidence["input_phase"] = {"samples": view.samples, "categories": view.categories,
                                        "io_share": view.io_share, "frame": view.frame}
-        if stacks is not None and stacks.samples:
-            evidence["step_stacks"] = step_evidence(stacks)
         return self.measurement(values=values, missing=missing, provenance=provenance, seconds=elapsed,
                                 evidence=evidence)
 
@@ -311,6 +294,15 @@ class LoopSteps(AgentProbe):
             return
         why = reply.error if reply is not None else "no CUDA capability in this agent"
         missing["device_step_ms_median"] = missing["device_step_ms_p90"] = why
+
+    @staticmethod
+    def _stack_window(ctx: ProbeContext) -> dict[str, Any] | None:
+        """The walk's stack window (prefetched beside the first nodes, so no extra time): what
+        the training thread does over whole steps, seen from outside as attach mode sees it."""
+        if ctx.measure is None:
+            return None
+        window = ctx.measure("stacks.sample", {})
+        return window.values if window.ok else None
 
     def _step_stacks(self, ctx: ProbeContext, sampled: list[Any]) -> StepStacks | None:
         if not sampled:

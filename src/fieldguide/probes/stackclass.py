@@ -82,6 +82,16 @@ def is_agent_file(file: str) -> bool:
     return any(a in file for a in AGENT_FILES)
 
 
+def uses_gpu(pid: int) -> bool:
+    """Whether a process has loaded the CUDA driver (libcuda in its memory map): only then can
+    it wait for a device. True when the map cannot be read (the classifier then keeps its rule)."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            return any("libcuda.so" in line for line in f)
+    except OSError:
+        return True
+
+
 def _in(frame: Frame, *files: str) -> bool:
     return any(f in frame[1] for f in files)
 
@@ -131,11 +141,13 @@ def classify_call(source: str) -> str | None:
     return None
 
 
-def classify_main(stack: list[Frame], leaf_source: str = "") -> str:
+def classify_main(stack: list[Frame], leaf_source: str = "", device: bool = True) -> str:
     """The category of one sample of the training process's main thread.
 
     `leaf_source` is the source of the statement the innermost frame is at, when the
     probe could read it (empty otherwise); it is used unless that frame is torch's own.
+    `device`: the process uses a GPU. Without one, `.tolist()`, `.item()` or `.cpu()` wait for
+    no device: they are CPU work (a tokenizer's `.tolist()` once hid a CPU-bound `get_batch`).
     """
     for i, frame in enumerate(stack):
         func, file = frame
@@ -146,7 +158,7 @@ def classify_main(stack: list[Frame], leaf_source: str = "") -> str:
                 return PRODUCE if _producing(stack, i) else DATA_WAIT
     if leaf_source and stack and not in_torch(stack[-1][1]):
         called = classify_call(leaf_source)
-        if called is not None:
+        if called is not None and (device or called != DEVICE_SYNC):
             return called
     leaf_first = list(reversed(stack))
     for frame in leaf_first:
@@ -253,7 +265,8 @@ def dataloader_worker_pids(samples: list[ThreadSample]) -> set[int]:
     return {s.pid for s in samples if s.role == "worker" and any("torch/utils/data/" in f[1] for f in s.stack)}
 
 
-def summarize(all_samples: list[ThreadSample], active_samples: list[ThreadSample]) -> StackSummary:
+def summarize(all_samples: list[ThreadSample], active_samples: list[ThreadSample],
+              device: bool = True) -> StackSummary:
     """Fold samples taken with --idle (all) and without (on-CPU only) into one summary."""
     summary = StackSummary()
     workers_seen = dataloader_worker_pids(all_samples) | dataloader_worker_pids(active_samples)
@@ -262,7 +275,7 @@ def summarize(all_samples: list[ThreadSample], active_samples: list[ThreadSample
         for s in samples:
             if s.thread != "MainThread" or (s.role == "worker" and s.pid not in workers_seen):
                 continue
-            s.category = classify_main(s.stack, s.leaf_source) if s.role == "main" else classify_worker(s.stack)
+            s.category = classify_main(s.stack, s.leaf_source, device) if s.role == "main" else classify_worker(s.stack)
             bucket = main if s.role == "main" else workers
             bucket[s.category] = bucket.get(s.category, 0) + s.count
             if s.role == "worker":

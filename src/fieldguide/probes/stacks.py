@@ -45,6 +45,7 @@ from fieldguide.probes.stackclass import (
     compile_state,
     is_agent_file,
     summarize,
+    uses_gpu,
 )
 from fieldguide.probes.stepcycle import input_samples
 
@@ -200,13 +201,13 @@ def _short(stack: list[tuple[str, str]], keep: int = 5) -> str:
 
 
 def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSample],
-                 alive_at_end: set[int] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                 alive_at_end: set[int] | None = None, device: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """The named values and the evidence, from parsed samples of both samplers.
 
     `alive_at_end` holds the pids alive when sampling ended; a sampled worker not among
     them was replaced mid-window (workers restarted each epoch).
     """
-    summary = summarize(all_samples, active_samples)
+    summary = summarize(all_samples, active_samples, device)
     total = summary.main_total
     values: dict[str, Any] = {"samples": total, "workers_sampled": len(summary.worker_pids)}
     share = summary.main_share
@@ -239,13 +240,17 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
         fetched = input_samples(main_all, main_active)
         if fetched is not None and fetched.samples:
             values["data_wait_fraction"] = fetched.waiting_or_working / fetched.samples
-            values["input_from"] = f"{fetched.call}, in the loop" if fetched.call else None
+            values["input_from"] = f"{fetched.call}, in the loop" if fetched.call else "no call for a batch in the loop"
             if fetched.waiting_or_working >= MIN_PRODUCE_SAMPLES:
                 where, produce_all, produce_active = "the training thread", fetched.waiting_or_working, fetched.on_cpu
     values["producer"] = where
     values["producer_cpu_fraction"] = min(produce_active / produce_all, 1.0) if produce_all else None
     values["worker_producing_fraction"] = summary.worker_share(PRODUCE)
     values["io_fraction"] = share(IO)
+    # Inside torch.save, which the agent times exactly in a launched job: what the samples need not estimate.
+    saving = sum(x.count for x in all_samples if x.role == "main" and x.thread == "MainThread"
+                 and any("torch/serialization.py" in f for _, f in x.stack))
+    values["torch_save_fraction"] = saving / total if total else None
     values["sleep_fraction"] = share(SLEEP)
     values["lock_wait_fraction"] = share(LOCK_WAIT)
     values["collective_fraction"] = share(COLLECTIVE)
@@ -358,7 +363,7 @@ class StackSample(Probe):
     needs = frozenset({NEEDS_PROCESS})
     params = {"seconds": 6.0, "rate": 20}
     values = {
-        "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction",
+        "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction", "torch_save_fraction": "fraction",
         "startup_wait_fraction": "fraction", "workers_replaced": "", "producer": "", "input_from": "",
         "producer_cpu_fraction": "fraction", "worker_producing_fraction": "fraction",
         "io_fraction": "fraction", "sleep_fraction": "fraction", "lock_wait_fraction": "fraction",
@@ -399,7 +404,7 @@ class StackSample(Probe):
                                + (errors["active"].strip().splitlines() or ["?"])[-1],
                                provenance=provenance, seconds=elapsed)
         all_samples, active_samples = read_samples(texts, pid)
-        values, evidence = stack_values(all_samples, active_samples, alive_at_end=alive_at_end)
+        values, evidence = stack_values(all_samples, active_samples, alive_at_end=alive_at_end, device=uses_gpu(pid))
         if not values["samples"]:
             return self.cannot("py-spy saw no samples of the main thread", provenance=provenance, seconds=elapsed)
         return self.measurement(values=values, evidence=evidence, provenance=provenance, seconds=elapsed)

@@ -1,12 +1,12 @@
-"""The training thread's own stack samples over whole steps (the agent's `step_stacks`), read the
-way py-spy's samples are read from outside.
+"""The training thread's own stack samples (the agent's `step_stacks`), read the way py-spy's
+samples are read from outside.
 
-The agent samples the thread that trains, not the input phase alone: a batch taken between
-the forward and the backward (the prefetch pattern), a checkpoint written before the update,
-a logging sink that blocks mid-step are all in the step. Each sample comes marked on the CPU or
-not and in the input phase or not; the same classifier and the same step-cycle rules as attach
-mode turn them into the step's decomposition, so the two modes cannot disagree on what a stack
-means. Pure functions over the reply.
+The agent samples the thread that trains over whole steps, each sample marked running or not
+and in the input phase or not. The samples are taken with the GIL, so they land where the
+thread lets it go: a tokenizer in pure Python that held it half the time showed in 10% of them
+(a sleep in the rest). The whole-step decomposition is therefore py-spy's (which reads without
+the GIL); these samples tell what the input phase holds (a checkpoint, a log write) when there
+is no stack window. Pure functions over the reply.
 """
 
 from __future__ import annotations
@@ -15,11 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldguide.probes.stackclass import IO, ThreadSample, classify_main, is_agent_file
-
-# Fewer samples than this in a window say too little to decompose a step (at 50 Hz, 0.6 s).
-MIN_STEP_SAMPLES = 30
-_SAVE_FILE = "torch/serialization.py"
+from fieldguide.probes.stackclass import ThreadSample, classify_main, is_agent_file
 
 
 @dataclass
@@ -31,10 +27,8 @@ class StepStacks:
     in_phase: list[ThreadSample] = field(default_factory=list)
     samples: int = 0
     cpu_clock: bool = False
+    device: bool = True  # the job uses a GPU (CUDA initialised): it can wait for a device
 
-    @property
-    def enough(self) -> bool:
-        return self.samples >= MIN_STEP_SAMPLES
 
 
 def _frames(stack: list[list[Any]]) -> list[tuple[str, str]]:
@@ -45,7 +39,8 @@ def _frames(stack: list[list[Any]]) -> list[tuple[str, str]]:
 
 def step_stacks(reply: dict[str, Any], pid: int, source: Callable[[str, int], str]) -> StepStacks:
     """ThreadSamples of the training thread from a `step_stacks` reply: all, on-CPU and in-phase."""
-    out = StepStacks(samples=int(reply.get("samples") or 0), cpu_clock=bool(reply.get("cpu_clock")))
+    out = StepStacks(samples=int(reply.get("samples") or 0), cpu_clock=bool(reply.get("cpu_clock")),
+                     device=bool(reply.get("cuda", True)))
     for entry in reply.get("stacks") or []:
         stack, n_all, n_cpu, n_phase = entry[0], int(entry[1]), int(entry[2]), int(entry[3])
         frames = _frames(stack)
@@ -53,24 +48,10 @@ def step_stacks(reply: dict[str, Any], pid: int, source: Callable[[str, int], st
             continue
         leaf_file, leaf_line = str(stack[-1][1]), int(stack[-1][2])
         leaf_source = source(leaf_file, leaf_line) if not is_agent_file(leaf_file) else ""
-        category = classify_main(frames, leaf_source)
+        category = classify_main(frames, leaf_source, out.device)
         for into, count in ((out.all, n_all), (out.active, n_cpu), (out.in_phase, n_phase)):
             if count:
                 into.append(ThreadSample(pid=pid, role="main", thread="MainThread", stack=frames, count=count,
                                          category=category, leaf_line=leaf_line, leaf_source=leaf_source))
     return out
-
-
-def io_outside_save(stacks: StepStacks) -> float | None:
-    """The share of samples in file/network I/O or serialization other than `torch.save`, whose
-    time the agent measures exactly: what only the samples can estimate."""
-    if not stacks.samples:
-        return None
-    counted = 0
-    for s in stacks.all:
-        if any(_SAVE_FILE in f for _, f in s.stack):
-            continue
-        if s.category == IO:
-            counted += s.count
-    return counted / stacks.samples
 

@@ -66,6 +66,15 @@ MAX_SAMPLE_RATE = 100.0
 MAX_STACKS = 300
 
 
+def cuda_in_use() -> bool:
+    """Whether the job has initialised CUDA: only then can a `.tolist()` wait for a device."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:
+        return True  # cannot tell: keep the classifier's rule
+
+
 class ThreadClock:
     """Seconds another thread of this process has run or waited to run: its CPU time plus its
     time in the run queue (/proc schedstat), so that a thread kept off a busy machine's cores
@@ -390,7 +399,8 @@ class LoopTiming(Capability):
             ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:MAX_STACKS]
             self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], *v] for k, v in ranked],
                                           "samples": sum(v[0] for v in counts.values()), "ticks": ticks,
-                                          "seconds": seconds, "cpu_clock": clock is not None and clock.works})
+                                          "seconds": seconds, "cpu_clock": clock is not None and clock.works,
+                                          "cuda": cuda_in_use()})
         except Exception as err:
             self.agent.fail(request_id, f"step stacks failed: {type(err).__name__}: {err}")
         finally:
