@@ -4,8 +4,8 @@ usage: python benchmarks/agent_cost.py [--rounds 8] [--seconds 12] [--arm memory
 
 With --arm, the agent's named capabilities measure from the job's start, as the oom
 playbook asks (memory: a saved-tensor pack hook on every step's forward). With --sample, the
-agent samples the training thread's stacks over whole steps all the time (`step_stacks`
-windows back to back at 50 Hz, as loop.steps asks during a walk). --width sets the MLP's
+agent samples the training thread's input phase all the time (`input_stacks` windows back to
+back at 50 Hz, as loop.steps asks during a walk). --width sets the MLP's
 width in bench_target.py (1024: ~10-16 ms steps here; 256: ~3 ms).
 
 Each round starts bench_target.py twice at the same moment, once plain and once
@@ -54,14 +54,14 @@ def parse(lines: list[str]) -> list[tuple[float, int]]:
 
 
 def keep_sampling(target: object, until: float) -> None:
-    """step_stacks windows back to back while the job runs, as a walk's loop.steps asks for one."""
+    """input_stacks windows back to back while the job runs, as a walk's loop.steps asks for one."""
     while time.monotonic() < until:
         conn = target.agent.primary() if target.agent else None  # type: ignore[attr-defined]
         if conn is None or not conn.steps_total:
             time.sleep(0.1)
             continue
         target.agent.request("loop", {"seconds": 3.0, "rate": 50}, timeout=10,  # type: ignore[attr-defined]
-                             name="step_stacks")
+                             name="input_stacks")
 
 
 def one_round(seconds: float, agent_first: bool, arm: tuple[str, ...] = (), sample: bool = False,
@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--arm", default="", help="agent capabilities armed from the start, e.g. memory")
-    ap.add_argument("--sample", action="store_true", help="the training thread sampled over whole steps throughout")
+    ap.add_argument("--sample", action="store_true", help="the input phase sampled throughout")
     ap.add_argument("--width", type=int, default=1024, help="the benchmark MLP's width (256: ~3 ms steps)")
     args = ap.parse_args()
     arm = tuple(a for a in args.arm.split(",") if a)
@@ -118,7 +118,7 @@ def main() -> None:
         costs.append(cost)
         print(f"{i + 1:>5}  {plain:13.1f}  {agent:13.1f}  {cost:+6.1%}  {seen} steps")
     q = statistics.quantiles(costs, n=4) if len(costs) >= 2 else [costs[0]] * 3
-    what = (" armed: " + args.arm if arm else "") + (" sampling whole steps" if args.sample else "")
+    what = (" armed: " + args.arm if arm else "") + (" sampling its input phase" if args.sample else "")
     print(f"agent{what} (width {args.width}) cost: median {statistics.median(costs):+.2%} over {len(costs)} rounds; "
           f"min {min(costs):+.2%}, quartiles {q[0]:+.2%} .. {q[2]:+.2%}, max {max(costs):+.2%}")
 

@@ -83,10 +83,10 @@ def test_a_checkpoint_is_io_by_its_timed_share_and_its_samples_are_not_counted_t
 def test_without_a_stack_window_the_input_phase_decides_and_its_samples_say_what_it_held() -> None:
     """The agent's own samples, taken in the phase: a checkpoint there is not input. Its wrapper
     frames are dropped; the job's frames stay."""
-    reply = {"stacks": [[[[f, p, 10] for f, p in SAVE], 8, 8, 8],
-                        [[[f, p, 12] for f, p in GET_BATCH], 2, 2, 2],
-                        [[*[[f, p, 10] for f, p in BACKWARD], ["backward", AGENT, 250]], 30, 30, 0]],
-             "samples": 40, "cpu_clock": True, "cuda": False}
+    reply = {"stacks": [[[[f, p, 10] for f, p in SAVE], 8, 8],
+                        [[[f, p, 12] for f, p in GET_BATCH], 2, 2],
+                        [[*[[f, p, 10] for f, p in BACKWARD], ["backward", AGENT, 250]], 30, 0]],
+             "samples": 40, "cuda": False}
     stacks = step_stacks(reply, 1, lambda file, line: "")
     assert all("fieldguide/agent" not in f for s in stacks.all for _, f in s.stack)
     view = input_view(stacks)

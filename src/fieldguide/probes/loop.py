@@ -20,7 +20,7 @@ from fieldguide.probes.stepstacks import StepStacks, step_stacks
 _LIBRARY = re.compile(r"(?:^|/)(?:torch|site-packages|dist-packages)/|/lib/python3[.\d]*/|^<")
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
 # The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.
-STEP_SAMPLE_HZ = 50  # the agent's sampling of the training thread; each sample costs the job ~30 us
+INPUT_SAMPLE_HZ = 50  # the agent's input-phase stack sampling; each sample costs the job ~30 us
 T_END, WALL, LOADER_WAIT, BOUNDARY, INPUT, INPUT_CPU, LOADER_CPU, BACKWARDS, CLOSURES, FORWARDS, SAVE, BATCH = range(12)
 ROW_WIDTH = 12
 
@@ -214,7 +214,7 @@ class LoopSteps(AgentProbe):
         seconds = min(max(seconds, typical * min_steps * 1.2), ctx.budget_left)
         # Steps slower than they looked: wait on for min_steps, up to 3x, within the budget.
         deadline_hard = started + min(max(seconds * 3, seconds + 1), ctx.budget_left)
-        sampled = self._sample_steps(ctx, conn, seconds)
+        sampled = self._sample_input_phase(ctx, conn, seconds)
         device = self._device_time(ctx, conn, seconds)
         while True:
             now = time.monotonic()
@@ -251,13 +251,13 @@ class LoopSteps(AgentProbe):
         return self.measurement(values=values, missing=missing, provenance=provenance, seconds=elapsed,
                                 evidence=evidence)
 
-    def _sample_steps(self, ctx: ProbeContext, conn: Any, seconds: float) -> list[Any]:
-        """Ask the agent for the training thread's stacks over the window, on a thread; the list gets the reply."""
+    def _sample_input_phase(self, ctx: ProbeContext, conn: Any, seconds: float) -> list[Any]:
+        """Ask the agent for input-phase stacks over the window, on a thread; the list gets the reply."""
         box: list[Any] = []
-        if "step_stacks" not in (conn.capabilities.get(self.capability) or {}).get("requests", []):
+        if "input_stacks" not in (conn.capabilities.get(self.capability) or {}).get("requests", []):
             return box
         thread = threading.Thread(target=lambda: box.append(self.ask(
-            ctx, {"seconds": seconds, "rate": STEP_SAMPLE_HZ}, timeout=seconds + 5, name="step_stacks")),
+            ctx, {"seconds": seconds, "rate": INPUT_SAMPLE_HZ}, timeout=seconds + 5, name="input_stacks")),
             name="fieldguide-step-stacks", daemon=True)
         thread.start()
         box.append(thread)

@@ -17,11 +17,11 @@ own CPU time over the phase tells producing input (on-CPU) from waiting for it.
 
 Streams `steps` rows (see STEP_COLUMNS) and `iters` (one dict per DataLoader
 iterator, at its first batch); reports hook state in `signals`. Answers
-`step_stacks`: for a few seconds, samples the training thread's stack over the whole step
-(`sys._current_frames`, from a thread of its own), each sample marked on the CPU or not (the
-thread's run and run-queue time since the last look) and in the input phase or not. The host classifies
-them as it classifies py-spy's samples from outside, so both modes decompose a step alike:
-a batch fetched between the forward and the backward is input wherever the loop takes it.
+`input_stacks`: for a few seconds, samples the training thread's stack while it is in its
+input phase (`sys._current_frames`, from a thread of its own, at jittered ticks), so the phase's
+time can be told apart: producing input, or a checkpoint or a log write after the step. Taken
+with the GIL, the samples land where the thread releases it: the whole step is read from
+py-spy's window instead (probes/stepstacks.py says why).
 """
 
 from __future__ import annotations
@@ -75,45 +75,6 @@ def cuda_in_use() -> bool:
         return True  # cannot tell: keep the classifier's rule
 
 
-class ThreadClock:
-    """Seconds another thread of this process has run or waited to run: its CPU time plus its
-    time in the run queue (/proc schedstat), so that a thread kept off a busy machine's cores
-    still counts as wanting the CPU, as py-spy's "active" does. Without schedstat, its CPU
-    clock alone (pthread_getcpuclockid)."""
-
-    def __init__(self, native_id: int | None, ident: int) -> None:
-        self.path = f"/proc/self/task/{native_id}/schedstat" if native_id else None
-        self.clock: Any = None
-        if self.path is None or self._schedstat() is None:
-            self.path = None
-            try:
-                self.clock = time.pthread_getcpuclockid(ident)
-            except (AttributeError, OSError, OverflowError):
-                self.clock = None
-
-    @property
-    def works(self) -> bool:
-        return self.path is not None or self.clock is not None
-
-    def _schedstat(self) -> float | None:
-        try:
-            with open(self.path or "", "rb") as f:
-                ran, waited = f.read().split()[:2]
-            return (int(ran) + int(waited)) / 1e9
-        except (OSError, ValueError):
-            return None
-
-    def seconds(self) -> float | None:
-        if self.path is not None:
-            return self._schedstat()
-        if self.clock is not None:
-            try:
-                return time.clock_gettime(self.clock)
-            except OSError:
-                return None  # the thread has ended
-        return None
-
-
 def first_tensor_elements(args: Any) -> int | None:
     """Elements of the first tensor among a forward's arguments (one level into lists, tuples and
     dicts): the batch times its sequence length, so ranks handed uneven work can be told apart."""
@@ -136,7 +97,7 @@ def round_row(row: list[Any]) -> list[Any]:
 class LoopTiming(Capability):
     name = "loop"
     streams = ("steps", "iters", "signals")
-    requests = ("step_stacks",)
+    requests = ("input_stacks",)
 
     def start(self) -> None:
         self.steps = self.agent.stream(self.name, "steps", shape=round_row)
@@ -162,7 +123,6 @@ class LoopTiming(Capability):
         self.discovering = True  # looking for the outermost modules
         self.forwards_total = 0
         self.train_thread: int | None = None
-        self.train_tid: int | None = None
         self.sampling = False
 
     def hook_torch(self, torch: ModuleType) -> None:
@@ -191,7 +151,6 @@ class LoopTiming(Capability):
         self.last_boundary = now
         self.batch_elements = None
         self.train_thread = threading.get_ident()
-        self.train_tid = threading.get_native_id()
         self.loader_wait = self.loader_cpu = self.input_s = self.input_cpu = self.save_s = 0.0
         self.backwards = self.closures = self.forwards = 0
         self.agent.boundary()
@@ -352,17 +311,13 @@ class LoopTiming(Capability):
         seconds = min(float(params.get("seconds", 6.0)), MAX_SAMPLE_SECONDS)
         rate = min(float(params.get("rate", 50.0)), MAX_SAMPLE_RATE)
         self.sampling = True
-        threading.Thread(target=self.sample_steps, args=(request_id, seconds, rate),
-                         name="fieldguide-step-sampler", daemon=True).start()
+        threading.Thread(target=self.sample_input, args=(request_id, seconds, rate),
+                         name="fieldguide-input-sampler", daemon=True).start()
 
-    def sample_steps(self, request_id: Any, seconds: float, rate: float) -> None:
-        # stack -> [samples, on the CPU, in the input phase]
+    def sample_input(self, request_id: Any, seconds: float, rate: float) -> None:
+        # stack -> [samples, in the input phase]
         counts: dict[tuple[tuple[str, str, int], ...], list[int]] = {}
         ticks = 0
-        clock: ThreadClock | None = None
-        clock_of: int | None = None
-        last_cpu: float | None = 0.0
-        last_t = 0.0
         try:
             end = time.monotonic() + seconds
             jitter = random.Random()
@@ -372,13 +327,8 @@ class LoopTiming(Capability):
                 time.sleep(jitter.uniform(0.5, 1.5) / rate)
                 ticks += 1
                 thread = self.train_thread
-                if thread is None:
-                    continue
-                if thread != clock_of or clock is None:
-                    clock, clock_of = ThreadClock(self.train_tid, thread), thread
-                    last_t, last_cpu = time.monotonic(), clock.seconds()
-                    continue
-                in_phase = self.phase_t is not None
+                if thread is None or self.phase_t is None:
+                    continue  # outside the input phase the walk reads py-spy's window: no cost here
                 frame = sys._current_frames().get(thread)
                 frames: list[tuple[str, str, int]] = []
                 while frame is not None and len(frames) < MAX_FRAMES:
@@ -386,23 +336,16 @@ class LoopTiming(Capability):
                     frames.append((getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno))
                     frame = frame.f_back
                 del frame
-                now, cpu = time.monotonic(), clock.seconds()
-                # Running or runnable for most of the interval since the last look: py-spy's "active".
-                on_cpu = (cpu is not None and last_cpu is not None and now > last_t
-                          and (cpu - last_cpu) >= 0.5 * (now - last_t))
-                last_t, last_cpu = now, cpu
-                if frames:
-                    entry = counts.setdefault(tuple(reversed(frames)), [0, 0, 0])
+                if frames and self.phase_t is not None:  # still in the phase after we looked
+                    entry = counts.setdefault(tuple(reversed(frames)), [0, 0])
                     entry[0] += 1
-                    entry[1] += on_cpu
-                    entry[2] += in_phase
+                    entry[1] += 1
             ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:MAX_STACKS]
             self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], *v] for k, v in ranked],
                                           "samples": sum(v[0] for v in counts.values()), "ticks": ticks,
-                                          "seconds": seconds, "cpu_clock": clock is not None and clock.works,
-                                          "cuda": cuda_in_use()})
+                                          "seconds": seconds, "cuda": cuda_in_use()})
         except Exception as err:
-            self.agent.fail(request_id, f"step stacks failed: {type(err).__name__}: {err}")
+            self.agent.fail(request_id, f"input stacks failed: {type(err).__name__}: {err}")
         finally:
             self.sampling = False
 
