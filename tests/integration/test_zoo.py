@@ -29,7 +29,9 @@ LAUNCHED_ELSEWHERE = {"start_checkpoint_slow_storage", "start_index_dataset"}
 # training the brief names (no torch.optim, no DataLoader, two optimizers, closures, gradient
 # accumulation, a process that serves) and the plain DataLoader pipelines.
 TRAINING_SHAPES = {"gan_two_optimizers", "getbatch_cpu", "getbatch_waiting", "grad_accumulation_cpu", "lbfgs_healthy",
-                   "manual_sgd_healthy", "served_not_trained", "loader_slow_workers", "loader_decode_cpu"}
+                   "manual_sgd_healthy", "served_not_trained", "loader_slow_workers", "loader_decode_cpu",
+                   # The batch taken between the forward and the backward; frameworks' own loops.
+                   "prefetch_store_waiting", "lightning_remote_reads", "hf_trainer_tokenize_cpu"}
 
 
 def cases(mode: str) -> list[object]:
@@ -59,6 +61,9 @@ def cases(mode: str) -> list[object]:
 # the job must outlive it.
 SLOW_PLAYBOOKS = {"compile-regression": {"FIELDGUIDE_WORKLOAD_SECONDS": "200"}}
 
+
+# What each mode named for each workload in this run: where both ran, they must agree.
+NAMED: dict[str, dict[str, tuple[str, str | None]]] = {}
 
 # Reports of the straggler workload from this run's launch and attach walks: two runs that stand in
 # for two nodes' reports in the merge test below.
@@ -105,6 +110,8 @@ def busy_processes() -> str:
 
 
 def assert_found(data: dict, want: workloads.Declaration) -> None:
+    NAMED.setdefault(want.name, {})[data["target"]["kind"]] = (
+        data["verdict"], (data["first_departure"] or {}).get("cause") or data.get("conclusion"))
     path = json.dumps({"path": data["path"], "ranks": data.get("ranks")}, indent=1)
     if data["verdict"] != want.verdict or (data["first_departure"] or {}).get("cause") != want.cause:
         path += "\nbusy processes after the walk:\n" + busy_processes()
@@ -203,3 +210,13 @@ def test_report_merge_of_two_runs_names_the_straggler(tmp_path: Path, workload_p
     html = run_fieldguide("report", "merge", str(STRAGGLER_REPORTS["launch"]), str(STRAGGLER_REPORTS["attach"]),
                           "--format", "html", timeout=30)
     assert html.returncode == 0 and "<script" not in html.stdout and "dist.straggler" in html.stdout
+
+
+def test_launch_and_attach_agree_on_every_workload_walked_both_ways() -> None:
+    """Two eyes on one job: where this run walked a workload launched and attached, both named the
+    same verdict and cause (`make test-all` walks every workload declared for both modes)."""
+    both = {name: modes for name, modes in NAMED.items() if {"launch", "attach"} <= set(modes)}
+    if not both:
+        pytest.skip("no workload was walked in both modes in this run")
+    differ = {name: modes for name, modes in both.items() if modes["launch"] != modes["attach"]}
+    assert not differ, differ

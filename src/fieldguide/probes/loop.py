@@ -70,8 +70,8 @@ def input_view(stacks: StepStacks, min_samples: int = 5) -> InputView:
 
 def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_start: float,
                 window_end: float, steps_before: int, warmup_steps: int = 3,
-                view: InputView | None = None,
-                outside: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+                view: InputView | None = None, outside: dict[str, Any] | None = None,
+                ended: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
     """Loop values over the steps that ended inside [window_start, window_end], and why any is missing.
 
     `steps` rows are the agent's [t_end, wall_s, loader_wait_s, boundary, input_s, ...];
@@ -138,9 +138,9 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         # torch.save timed; the samples estimate only the I/O outside it.
         elsewhere = max(float(outside["io_fraction"]) - float(outside.get("torch_save_fraction") or 0.0), 0.0)
         io_fraction = min(saved / wall_total + elsewhere, 1.0)
-    elif wall_total and saved:
+    elif wall_total and (saved or ended):
+        # What a job that ended left is judged: torch.save's timed share, all that was measured.
         io_fraction = saved / wall_total
-        missing["io_fraction"] = "torch.save timed; I/O outside it is not seen without the stack window"
     else:
         missing["io_fraction"] = "no torch.save timed, and no stack window to see other I/O"
     backwards = [r[BACKWARDS] for r in rows if r[BACKWARDS] is not None]
@@ -322,10 +322,11 @@ class LoopSteps(AgentProbe):
         """The target ended: judge every step it recorded (warm-up too, if that is all there is)."""
         steps = list(conn.steps)
         steps_before = conn.steps_total - len(steps)
-        values, missing = loop_values(steps, conn.iters, float("-inf"), float("inf"), steps_before, warmup_steps)
+        values, missing = loop_values(steps, conn.iters, float("-inf"), float("inf"), steps_before, warmup_steps,
+                                      ended=True)
         scope = f"all {values['steps']} steps after warm-up recorded before the target ended"
         if values["steps"] < 2:
-            values, missing = loop_values(steps, conn.iters, float("-inf"), float("inf"), steps_before, 0)
+            values, missing = loop_values(steps, conn.iters, float("-inf"), float("inf"), steps_before, 0, ended=True)
             scope = f"all {values['steps']} steps recorded before the target ended, warm-up included"
         if values["steps"] < 1:
             return self.cannot(f"{ctx.target.gone_reason()} before a training step could be timed",

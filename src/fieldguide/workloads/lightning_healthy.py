@@ -19,7 +19,7 @@ FIELDGUIDE = {"playbook": "slow-training", "cause": None, "conclusion": "device.
               "modes": ["launch", "attach"]}
 
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "120"))
-FEATURES, WIDTH, BATCH = 256, 1024, 256
+FEATURES, WIDTH, BATCH = 256, 2048, 256
 
 
 class Regressor(L.LightningModule):
