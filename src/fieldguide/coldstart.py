@@ -184,6 +184,6 @@ def from_connection(started: float, conn: Any, now: float) -> dict[str, Any] | N
     if signal is not None:  # the first step ends at the first boundary of the kind that defines steps
         marks = [{**m, "t": max(float(m["t"]), float(signal["t"]))} if m.get("mark") == "first_step" else m
                  for m in marks]
-    compiles = list(conn.stream("compiled", "compiles").items)
+    compiles = list(conn.stream("compile", "compiles").items)
     end = conn.closed_at if conn.closed and conn.closed_at else now
     return take_apart(started, marks, compiles, end)

@@ -147,3 +147,32 @@ def test_the_first_step_ends_at_the_first_boundary_of_the_kind_that_defines_step
     assert cold is not None
     first = next(p for p in cold["phases"] if p["phase"] == "first_step")
     assert first["start_s"] + first["seconds"] == pytest.approx(4.5)
+
+
+def test_the_cold_start_of_a_connection_counts_the_compile_capabilitys_spans() -> None:
+    """The agent's compile capability streams its compiles as `compile`/`compiles` (a name once
+    misspelt here, so a cold compile never showed in the start)."""
+    from types import SimpleNamespace
+
+    from fieldguide.agent.channel import Stream
+    from fieldguide.coldstart import from_connection
+
+    streams: dict[tuple[str, str], Stream] = {}
+
+    def stream(capability: str, name: str) -> Stream:
+        return streams.setdefault((capability, name), Stream())
+
+    stream("coldstart", "marks").items.extend(job())
+    stream("compile", "compiles").items.append({"id": "0/0", "t_start": 104.3, "t_end": 105.0})
+    conn = SimpleNamespace(stream=stream, closed=False, closed_at=None)
+    cold = from_connection(100.0, conn, now=200.0)
+    assert cold is not None and cold["shares"]["compile"] == pytest.approx(0.7)
+
+
+def test_the_seconds_spent_compiling_while_a_walk_waits_are_the_union_of_the_spans() -> None:
+    from fieldguide.session import compiling_seconds
+
+    compiles = [{"t_start": 10.0, "t_end": 40.0}, {"t_start": 20.0, "t_end": 30.0},  # nested: once
+                {"t_start": 50.0, "t_end": 80.0}, {"t_start": 95.0, "t_end": None}]
+    assert compiling_seconds(compiles, 0.0, 70.0) == pytest.approx(30.0 + 20.0)
+    assert compiling_seconds([], 0.0, 70.0) == 0.0

@@ -126,3 +126,22 @@ def test_each_arm_reports_its_cuda_peak_where_it_has_one_and_the_reports_show_bo
     cpu = Arms({"a": "as launched"}, [Turn("a", 0, 1, [10.0], peak_rss_mb=512.0)]).rows()
     [(_, table, _)] = experiment_rows([{"cause": "x", "ran": True, "rounds": 1, "verdict": "", "arms": cpu}])
     assert table[0][4] == "512 RSS"
+
+
+def test_turns_are_sized_from_steps_that_ran_alone() -> None:
+    """Arm A's steps while the relaunch started (1.3 s) and the relaunch's warm-up do not size the
+    turns: A's steps before the relaunch (35 ms) and the relaunch's fastest quarter do."""
+    from types import SimpleNamespace
+
+    from fieldguide.experiment import TurnExperiment
+
+    def arm(rows: list[tuple[float, float]]) -> SimpleNamespace:
+        conn = SimpleNamespace(steps=[[t, wall] for t, wall in rows])
+        return SimpleNamespace(agent=SimpleNamespace(primary=lambda: conn))
+
+    a = arm([(10.0 + i * 0.035, 0.035) for i in range(20)] + [(20.0 + i * 1.3, 1.3) for i in range(10)])
+    b = arm([(30.0 + i, wall) for i, wall in enumerate([1.2, 0.9, 0.05, 0.04, 0.04, 0.04, 0.05, 0.04, 0.3, 0.04])])
+    window = TurnExperiment._window(2.0, {"a": a, "b": b}, alone_until=15.0)
+    assert window == 2.0  # ten steps of ~40 ms are under the 2 s floor
+    # Sized from everything (the old rule), the turns would have been 13 s.
+    assert TurnExperiment._window(2.0, {"a": a}, alone_until=100.0) == pytest.approx(13.0)
