@@ -78,6 +78,7 @@ def test_a_checkpoint_is_io_by_its_timed_share_and_its_samples_are_not_counted_t
     got, _ = launched(rows(save=0.008), outside)
     assert got["save_fraction"] == pytest.approx(0.16)
     assert got["io_fraction"] == pytest.approx(0.16 + 0.05)
+    assert got["io_at"] == outside["io_at"] == "main (train.py)"  # the job's frame that calls torch.save
 
 
 def test_without_a_stack_window_the_input_phase_decides_and_its_samples_say_what_it_held() -> None:

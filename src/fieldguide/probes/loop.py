@@ -134,10 +134,13 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         missing["producer_cpu_fraction"] = "too little input time to tell"
     saved = sum(r[SAVE] or 0.0 for r in rows)
     io_fraction = None
+    io_at = None
     if wall_total and outside is not None and outside.get("io_fraction") is not None:
         # torch.save timed; the samples estimate only the I/O outside it.
         elsewhere = max(float(outside["io_fraction"]) - float(outside.get("torch_save_fraction") or 0.0), 0.0)
         io_fraction = min(saved / wall_total + elsewhere, 1.0)
+        if outside.get("io_at"):
+            io_at = str(outside["io_at"])
     elif wall_total and (saved or ended):
         # What a job that ended left is judged: torch.save's timed share, all that was measured.
         io_fraction = saved / wall_total
@@ -164,6 +167,7 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         "startup_wait_fraction": min(stall / wall_total, 1.0) if wall_total else None,
         "io_fraction": round(io_fraction, 4) if io_fraction is not None else None,
         "save_fraction": round(saved / wall_total, 4) if wall_total else None,
+        "io_at": io_at,
     }
     return values, missing
 
@@ -192,7 +196,7 @@ class LoopSteps(AgentProbe):
         "producer": "", "producer_cpu_fraction": "fraction", "steps_per_second": "1/s", "backwards_per_step": "",
         "closures_per_step": "", "epoch_starts": "", "first_batch_ms_median": "ms",
         "startup_wait_fraction": "fraction", "device_step_ms_median": "ms", "device_step_ms_p90": "ms",
-        "io_fraction": "fraction", "save_fraction": "fraction",
+        "io_fraction": "fraction", "save_fraction": "fraction", "io_at": "",
     }
     series = {"step_ms": "ms", "data_wait_ms": "ms"}
 

@@ -195,6 +195,25 @@ def statement_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def io_site(samples: list[ThreadSample]) -> str | None:
+    """Where the job's own code does its I/O: the innermost frame of its code in the main
+    thread's I/O samples, the most common ("save_checkpoint (train.py)", or with the line when
+    that frame is the blocked one: "log_metrics (train.py:88)")."""
+    from fieldguide.probes.stepcycle import is_library
+
+    sites: dict[str, int] = {}
+    for s in samples:
+        if s.role != "main" or s.thread != "MainThread" or s.category != IO:
+            continue
+        for depth, frame in enumerate(reversed(s.stack)):
+            if not is_library(frame):
+                line = f":{s.leaf_line}" if depth == 0 and s.leaf_line else ""
+                site = f"{frame[0]} ({os.path.basename(frame[1])}{line})"
+                sites[site] = sites.get(site, 0) + s.count
+                break
+    return max(sites, key=lambda k: sites[k]) if sites else None
+
+
 def _short(stack: list[tuple[str, str]], keep: int = 5) -> str:
     frames = [f"{func} ({os.path.basename(file)})" if file else func for func, file in stack]
     return " ← ".join(reversed(frames[-keep:]))
@@ -247,6 +266,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     values["producer_cpu_fraction"] = min(produce_active / produce_all, 1.0) if produce_all else None
     values["worker_producing_fraction"] = summary.worker_share(PRODUCE)
     values["io_fraction"] = share(IO)
+    values["io_at"] = io_site(all_samples)
     # Inside torch.save, which the agent times exactly in a launched job: what the samples need not estimate.
     saving = sum(x.count for x in all_samples if x.role == "main" and x.thread == "MainThread"
                  and any("torch/serialization.py" in f for _, f in x.stack))
@@ -364,6 +384,7 @@ class StackSample(Probe):
     params = {"seconds": 6.0, "rate": 20}
     values = {
         "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction", "torch_save_fraction": "fraction",
+        "io_at": "",
         "startup_wait_fraction": "fraction", "workers_replaced": "", "producer": "", "input_from": "",
         "producer_cpu_fraction": "fraction", "worker_producing_fraction": "fraction",
         "io_fraction": "fraction", "sleep_fraction": "fraction", "lock_wait_fraction": "fraction",
