@@ -504,7 +504,7 @@ def test_a_loop_starved_of_input_is_looked_at_longer_before_it_is_called_not_tra
         return windows[len(asked) - 1]
 
     m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
-    assert asked == [{}, {"seconds": 8.0, "rate": 50}]
+    assert asked == [{}, {"seconds": 8.0, "rate": 100}]
     assert m.ok and m.values["trains"] is True and m.values["samples"] == 520
 
     asked.clear()

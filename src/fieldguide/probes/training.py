@@ -94,8 +94,10 @@ class TrainingActivity(Probe):
         if windows[0].ok and self._counts(windows)[0] == 0 and ctx.target.alive():
             # No backward yet. A loop that waits for data 98% of the time shows its forward and
             # backward in a sample or two a second, or in none of a window's 120: look longer and
-            # denser before calling it a model being served, or not training at all.
-            windows.append(ctx.measure("stacks.sample", {"seconds": 8.0, "rate": 50}))
+            # denser before calling it a model being served, or not training at all. At 50 Hz
+            # (400 samples) a loop whose model is 0.5% of its step (2 ms of augmentation a sample)
+            # showed neither in one of two acceptance runs; at 100 Hz it expects 4 model samples.
+            windows.append(ctx.measure("stacks.sample", {"seconds": 8.0, "rate": 100}))
         usable = [w for w in windows if w.ok]
         if not usable:
             return self.cannot(f"stack samples needed: {windows[0].unavailable}", seconds=time.monotonic() - started)
