@@ -529,6 +529,24 @@ def test_a_forward_seen_too_rarely_to_expect_a_backward_is_walked_as_training() 
     assert m.ok and m.values["trains"] is True and m.values["forward_samples"] == 3
     assert "no backward" in m.provenance
 
-    windows[:] = [_window(120, 0.0, 0.4), _window(400, 0.0, 0.4)]
+    windows[:] = [_window(120, 0.0, 0.4), _window(400, 0.0, 0.4), _window(150, 0.0, 0.4)]
     m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
     assert not m.ok and "forward only: a model being served" in m.unavailable
+    assert not windows  # a third, sparse look: a server still serves
+
+
+def test_an_evaluation_is_waited_out_before_forward_passes_are_called_serving() -> None:
+    """Attached during a training job's evaluation (forward passes under no_grad, 30 s at nanoGPT's
+    iteration 0): the third look, 15 s at 10 Hz, sees the training steps that follow it."""
+    from fieldguide.probes.training import TrainingActivity
+
+    asked: list[dict[str, Any]] = []
+    windows = [_window(120, 0.0, 0.5), _window(800, 0.0, 0.5), _window(150, 0.3, 0.3)]
+
+    def measure(probe: str, params: dict[str, Any]) -> Measurement:
+        asked.append(params)
+        return windows.pop(0)
+
+    m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
+    assert asked[-1] == {"seconds": 15.0, "rate": 10}
+    assert m.ok and m.values["trains"] is True

@@ -19,6 +19,7 @@ STEP_SIGNALS = {"o": "optimizer.step", "k": "backward()"}
 
 # Forward samples with no backward it takes to call a process a model being served, not trained.
 FORWARDS_TO_CALL_SERVED = 6
+EVALUATION_LOOK_S = 15.0  # how much longer forward-only samples are watched for a training step
 
 
 @register
@@ -98,6 +99,15 @@ class TrainingActivity(Probe):
             # (400 samples) a loop whose model is 0.5% of its step (2 ms of augmentation a sample)
             # showed neither in one of two acceptance runs; at 100 Hz it expects 4 model samples.
             windows.append(ctx.measure("stacks.sample", {"seconds": 8.0, "rate": 100}))
+            training, forward, _ = self._counts([w for w in windows if w.ok])
+            if not training and forward >= FORWARDS_TO_CALL_SERVED and ctx.target.alive() \
+                    and ctx.budget_left > EVALUATION_LOOK_S + 10:
+                # Forward after forward and no backward: a model being served, or a training job
+                # in one of its evaluations (nanoGPT's at iteration 0 and every few hundred).
+                # An evaluation ends; a server does not. One more, sparse look before saying so.
+                self.reading(ctx, status="forward passes and no backward: looking for a training step "
+                                           f"for {EVALUATION_LOOK_S:.0f} s more (an evaluation ends)")
+                windows.append(ctx.measure("stacks.sample", {"seconds": EVALUATION_LOOK_S, "rate": 10}))
         usable = [w for w in windows if w.ok]
         if not usable:
             return self.cannot(f"stack samples needed: {windows[0].unavailable}", seconds=time.monotonic() - started)
