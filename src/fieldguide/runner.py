@@ -48,7 +48,8 @@ class ProbeRunner:
 
     def _context(self) -> ProbeContext:
         return ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
-                            cancelled=self.cancelled, on_reading=self._on_reading, measure=self.measure_probe)
+                            cancelled=self.cancelled, on_reading=self._on_reading, measure=self.measure_probe,
+                            forget=self.forget)
 
     def __call__(self, option: MeasureOption) -> Measurement:
         return self.measure_probe(option.probe, option.params)

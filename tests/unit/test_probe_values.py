@@ -547,6 +547,9 @@ def test_an_evaluation_is_waited_out_before_forward_passes_are_called_serving() 
         asked.append(params)
         return windows.pop(0)
 
-    m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
+    forgotten: list[str] = []
+    m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure,  # type: ignore[arg-type]
+                                            forget=forgotten.append))
     assert asked[-1] == {"seconds": 15.0, "rate": 10}
     assert m.ok and m.values["trains"] is True
+    assert forgotten == ["stacks.sample"]  # the evaluation's window is not judged as the steps

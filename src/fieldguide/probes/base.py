@@ -31,6 +31,8 @@ class ProbeContext:
     on_reading: Callable[[dict[str, Any]], None] = lambda reading: None
     # Measures another probe through the walk's cache (so one py-spy window serves many nodes).
     measure: Callable[[str, dict[str, Any]], Measurement] | None = None
+    # Drops a cached reading that no longer stands for the job (a window taken in an evaluation).
+    forget: Callable[[str], None] | None = None
 
     def sleep(self, seconds: float) -> bool:
         """Sleep unless cancelled or the target died; False means stop measuring."""

@@ -117,6 +117,11 @@ class TrainingActivity(Probe):
         seconds = sum(w.seconds for w in usable)
         provenance = "py-spy: main-thread samples in backward or the optimizer"
         if training:
+            if len(usable) == 3 and not self._counts(usable[:2])[0] and ctx.forget is not None:
+                # Trains, but the walk's window was taken in an evaluation: the nodes after this
+                # one judge a window of training steps, not of the evaluation.
+                ctx.forget("stacks.sample")
+                provenance += "; the first windows were an evaluation (forward passes only): measured again"
             return self.measurement(values=values, provenance=provenance, seconds=time.monotonic() - started)
         if 0 < forward < FORWARDS_TO_CALL_SERVED:
             # A backward takes about as long as its forward: with this few forwards seen, a missing
