@@ -88,6 +88,17 @@ def _length(spans: list[tuple[float, float]]) -> float:
     return sum(b - a for a, b in spans)
 
 
+def compile_spans(compiles: Iterable[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(start, end) of each finished compile in the agent's `compile`/`compiles` stream."""
+    return [(float(c["t_start"]), float(c["t_end"])) for c in compiles
+            if c.get("t_start") is not None and c.get("t_end") is not None]
+
+
+def covered_seconds(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Seconds of [lo, hi] inside any of the spans (overlapping spans count once)."""
+    return _length(_union(_clip(spans, lo, hi)))
+
+
 def take_apart(started: float, marks: list[dict[str, Any]], compiles: list[dict[str, Any]],
                now: float) -> dict[str, Any] | None:
     """The report's `cold_start` from the spawn time, the agent's marks and the compile spans
@@ -103,8 +114,7 @@ def take_apart(started: float, marks: list[dict[str, Any]], compiles: list[dict[
             spans[names[m["span"]]].append((float(m["t_start"]), float(m["t_end"])))
         if m.get("span") == "cuda_init":
             points.setdefault("cuda_init", float(m["t_end"]))
-    spans["compile"] = [(float(c["t_start"]), float(c["t_end"])) for c in compiles
-                        if c.get("t_start") is not None and c.get("t_end") is not None]
+    spans["compile"] = compile_spans(compiles)
     step = steady_step([(int(m["step"]), float(m["t"])) for m in marks if "step" in m])
     ends = {int(m["step"]): float(m["t"]) for m in marks if "step" in m}
     steady = step is not None and step - 1 in ends
@@ -120,15 +130,16 @@ def take_apart(started: float, marks: list[dict[str, Any]], compiles: list[dict[
     if not steady and end > previous:
         phases.append({"phase": "now", "title": "Still starting (not steady yet)",
                        "start_s": round(previous - started, 3), "seconds": round(end - previous, 3)})
+    shares, untimed = _shares(started, end, points, spans)
     samples = [(float(t), str(w)) for m in marks for t, w in (m.get("where") or [])]
-    return {"phases": phases, "shares": _shares(started, end, points, spans), "total_s": round(end - started, 3),
-            "steady": steady, "steady_step": step if steady else None,
-            "where": share_where(started, end, points, spans, samples)}
+    return {"phases": phases, "shares": shares, "total_s": round(end - started, 3),
+            "steady": steady, "steady_step": step if steady else None, "where": share_where(untimed, samples)}
 
 
 def _shares(started: float, end: float, points: dict[str, float],
-            spans: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
-    """Seconds per share, disjoint, adding up to end - started."""
+            spans: dict[str, list[tuple[float, float]]]) -> tuple[dict[str, float], dict[str, list[tuple[float, float]]]]:
+    """Seconds per share, disjoint, adding up to end - started; and the seconds of the shares
+    nothing timed (imports, data_setup, warmup), as intervals."""
     taken: list[tuple[float, float]] = []
     shares: dict[str, float] = {}
     for name in SPANS:  # what the agent timed itself, each second claimed once
@@ -137,29 +148,21 @@ def _shares(started: float, end: float, points: dict[str, float],
         taken = _union(taken + own)
     torch_in = points.get("torch_import", end)
     forward = min(points.get("first_forward", end), points.get("first_step", end))
+    untimed: dict[str, list[tuple[float, float]]] = {}
     for name, lo, hi in (("imports", started, torch_in), ("data_setup", torch_in, forward), ("warmup", forward, end)):
         lo, hi = min(max(lo, started), end), min(max(hi, started), end)
-        shares[name] = _length(_minus([(lo, hi)], taken)) if hi > lo else 0.0
-    return {name: round(seconds, 3) for name, seconds in shares.items()}
+        untimed[name] = _minus([(lo, hi)], taken) if hi > lo else []
+        shares[name] = _length(untimed[name])
+    return {name: round(seconds, 3) for name, seconds in shares.items()}, untimed
 
 
-def _windows(started: float, end: float, points: dict[str, float],
-             spans: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
-    """The seconds of the untimed shares (imports, data_setup), as _shares counts them."""
-    taken = _union([s for name in SPANS for s in _clip(spans[name], started, end)])
-    torch_in = points.get("torch_import", end)
-    forward = min(points.get("first_forward", end), points.get("first_step", end))
-    return {name: _minus([(max(lo, started), min(hi, end))], taken) if min(hi, end) > max(lo, started) else []
-            for name, lo, hi in (("imports", started, torch_in), ("data_setup", torch_in, forward))}
-
-
-def share_where(started: float, end: float, points: dict[str, float], spans: dict[str, list[tuple[float, float]]],
-                samples: list[tuple[float, str]]) -> dict[str, str]:
-    """For the shares nothing timed, the line of the job's own code the main thread was at most
-    often in them ("build_index (train.py:40), 78% of 31 samples"): what the share was spent on."""
+def share_where(untimed: dict[str, list[tuple[float, float]]], samples: list[tuple[float, str]]) -> dict[str, str]:
+    """For the shares nothing timed before the first forward (imports, data_setup), the line of
+    the job's own code the main thread was at most often in them ("build_index (train.py:40),
+    78% of 31 samples"): what the share was spent on."""
     out: dict[str, str] = {}
-    for name, windows in _windows(started, end, points, spans).items():
-        seen = collections.Counter(w for t, w in samples if any(a <= t < b for a, b in windows))
+    for name in ("imports", "data_setup"):
+        seen = collections.Counter(w for t, w in samples if any(a <= t < b for a, b in untimed[name]))
         total = sum(seen.values())
         if total >= 3:
             where, count = seen.most_common(1)[0]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fieldguide.coldstart import compile_spans, covered_seconds
 from fieldguide.engine import NodeResult, Walk
 from fieldguide.playbook import Playbook
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
@@ -93,7 +94,9 @@ class Session:
         """Seconds the launched job spent compiling (torch.compile) in [start, end]."""
         agent = getattr(self.target, "agent", None)
         conn = agent.primary() if agent is not None else None
-        return compiling_seconds(list(conn.stream("compile", "compiles").items), start, end) if conn else 0.0
+        if conn is None:
+            return 0.0
+        return covered_seconds(compile_spans(conn.stream("compile", "compiles").items), start, end)
 
     def read_environment(self) -> None:
         env = self.runner.measure_probe("env.versions", {})
@@ -153,16 +156,3 @@ class Session:
             return from_connection(self.target.started, self.target.agent.primary(), time.monotonic())
         return None
 
-
-def compiling_seconds(compiles: list[dict[str, Any]], start: float, end: float) -> float:
-    """The union of the compile spans inside [start, end], in seconds (a graph break's compile
-    nested in another counts once)."""
-    spans = sorted((max(float(c["t_start"]), start), min(float(c["t_end"]), end)) for c in compiles
-                   if c.get("t_start") is not None and c.get("t_end") is not None)
-    total, reach = 0.0, start
-    for a, b in spans:
-        a = max(a, reach)
-        if b > a:
-            total += b - a
-            reach = b
-    return total

@@ -170,7 +170,10 @@ def test_the_cold_start_of_a_connection_counts_the_compile_capabilitys_spans() -
 
 
 def test_the_seconds_spent_compiling_while_a_walk_waits_are_the_union_of_the_spans() -> None:
-    from fieldguide.session import compiling_seconds
+    from fieldguide.coldstart import compile_spans, covered_seconds
+
+    def compiling_seconds(compiles: list[dict], start: float, end: float) -> float:
+        return covered_seconds(compile_spans(compiles), start, end)
 
     compiles = [{"t_start": 10.0, "t_end": 40.0}, {"t_start": 20.0, "t_end": 30.0},  # nested: once
                 {"t_start": 50.0, "t_end": 80.0}, {"t_start": 95.0, "t_end": None}]

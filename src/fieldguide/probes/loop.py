@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import collections
-import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -14,10 +12,10 @@ from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext
+from fieldguide.probes.inputstacks import InputStacks, input_stacks
 from fieldguide.probes.stats import median, quantile
-from fieldguide.probes.stepstacks import StepStacks, step_stacks
+from fieldguide.probes.stepcycle import user_frame
 
-_LIBRARY = re.compile(r"(?:^|/)(?:torch|site-packages|dist-packages)/|/lib/python3[.\d]*/|^<")
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
 # The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.
 INPUT_SAMPLE_HZ = 50  # the agent's input-phase stack sampling; each sample costs the job ~30 us
@@ -39,26 +37,17 @@ class InputView:
     categories: dict[str, int] = field(default_factory=dict)
 
 
-def _user_frame(stack: list[tuple[str, str]], leaf_line: int | None) -> str | None:
-    """The innermost frame of the job's own code (not torch's, not the standard library's)."""
-    for depth, (func, file) in enumerate(reversed(stack)):
-        if not _LIBRARY.search(file):
-            line = f":{leaf_line}" if depth == 0 and leaf_line else ""
-            return f"{func} ({os.path.basename(file)}{line})"
-    return None
-
-
-def input_view(stacks: StepStacks, min_samples: int = 5) -> InputView:
-    """Classify the training thread's samples taken in its input phase (from a step's end to the
-    next forward) with the stack classifier py-spy's samples use."""
-    from fieldguide.probes.stackclass import IO, classify_main
+def input_view(stacks: InputStacks, min_samples: int = 5) -> InputView:
+    """What the training thread's samples in its input phase (from a step's end to the next
+    forward) were, by the stack classifier py-spy's samples use."""
+    from fieldguide.probes.stackclass import IO
 
     categories: collections.Counter[str] = collections.Counter()
     frames: collections.Counter[str] = collections.Counter()
-    for sample in stacks.in_phase:
-        category = sample.category or classify_main(sample.stack, sample.leaf_source, stacks.device)
+    for sample in stacks.samples:
+        category = sample.category
         categories[category] += sample.count
-        user = _user_frame(sample.stack, sample.leaf_line)
+        user = user_frame(sample.stack, sample.leaf_line)
         if category != IO and user:
             frames[user] += sample.count
     total = sum(categories.values())
@@ -233,7 +222,7 @@ class LoopSteps(AgentProbe):
         if not ctx.target.alive():  # it ended inside the window: judge what it left
             return self.from_history(ctx, conn, warmup_steps, failures, time.monotonic() - started)
         end = time.monotonic()
-        stacks = self._step_stacks(ctx, sampled)
+        stacks = self._input_stacks(ctx, sampled)
         view = input_view(stacks) if stacks is not None else None
         outside = self._stack_window(ctx)
         steps = list(conn.steps)
@@ -262,7 +251,7 @@ class LoopSteps(AgentProbe):
             return box
         thread = threading.Thread(target=lambda: box.append(self.ask(
             ctx, {"seconds": seconds, "rate": INPUT_SAMPLE_HZ}, timeout=seconds + 5, name="input_stacks")),
-            name="fieldguide-step-stacks", daemon=True)
+            name="fieldguide-input-stacks", daemon=True)
         thread.start()
         box.append(thread)
         return box
@@ -308,7 +297,7 @@ class LoopSteps(AgentProbe):
         window = ctx.measure("stacks.sample", {})
         return window.values if window.ok else None
 
-    def _step_stacks(self, ctx: ProbeContext, sampled: list[Any]) -> StepStacks | None:
+    def _input_stacks(self, ctx: ProbeContext, sampled: list[Any]) -> InputStacks | None:
         if not sampled:
             return None
         sampled[0].join(timeout=5)
@@ -319,7 +308,7 @@ class LoopSteps(AgentProbe):
 
         pid = ctx.target.pid or 0
         reader = SourceReader(pid) if pid else None
-        return step_stacks(reply.result, pid, reader.statement if reader else (lambda file, line: ""))
+        return input_stacks(reply.result, pid, reader.statement if reader else (lambda file, line: ""))
 
     def from_history(self, ctx: ProbeContext, conn: Any, warmup_steps: int, failures: list[str],
                      elapsed: float) -> Measurement:

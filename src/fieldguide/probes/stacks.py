@@ -47,7 +47,7 @@ from fieldguide.probes.stackclass import (
     summarize,
     uses_gpu,
 )
-from fieldguide.probes.stepcycle import input_samples
+from fieldguide.probes.stepcycle import input_samples, user_frame
 
 _PROCESS = re.compile(r'process (\d+):"')
 _THREAD = re.compile(r"thread \((\w+)\)(?:: (.*))?$")
@@ -199,18 +199,12 @@ def io_site(samples: list[ThreadSample]) -> str | None:
     """Where the job's own code does its I/O: the innermost frame of its code in the main
     thread's I/O samples, the most common ("save_checkpoint (train.py)", or with the line when
     that frame is the blocked one: "log_metrics (train.py:88)")."""
-    from fieldguide.probes.stepcycle import is_library
-
     sites: dict[str, int] = {}
     for s in samples:
-        if s.role != "main" or s.thread != "MainThread" or s.category != IO:
-            continue
-        for depth, frame in enumerate(reversed(s.stack)):
-            if not is_library(frame):
-                line = f":{s.leaf_line}" if depth == 0 and s.leaf_line else ""
-                site = f"{frame[0]} ({os.path.basename(frame[1])}{line})"
+        if s.role == "main" and s.thread == "MainThread" and s.category == IO:
+            site = user_frame(s.stack, s.leaf_line)
+            if site:
                 sites[site] = sites.get(site, 0) + s.count
-                break
     return max(sites, key=lambda k: sites[k]) if sites else None
 
 

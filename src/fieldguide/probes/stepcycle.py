@@ -38,6 +38,16 @@ def is_library(frame: Frame) -> bool:
     return bool(_LIBRARY.search(frame[1])) or name in sys.stdlib_module_names
 
 
+def user_frame(stack: list[Frame], leaf_line: int | None = None) -> str | None:
+    """The innermost frame of the job's own code (not torch's, an installed package's or the
+    standard library's): "get_batch (train.py)", with the line when it is the innermost frame."""
+    for depth, (func, file) in enumerate(reversed(stack)):
+        if not _LIBRARY.search(file):
+            line = f":{leaf_line}" if depth == 0 and leaf_line else ""
+            return f"{func} ({os.path.basename(file)}{line})"
+    return None
+
+
 def loop_frame(samples: list[ThreadSample]) -> Frame | None:
     """The job's function that calls the model and backward: the user frame right above torch
     in forward and backward samples, the most common one."""

@@ -92,6 +92,7 @@ class TrainingActivity(Probe):
         assert ctx.measure is not None
         started = time.monotonic()
         windows = [ctx.measure("stacks.sample", {})]
+        past_forwards = False  # a third look, for training after forward passes alone
         if windows[0].ok and self._counts(windows)[0] == 0 and ctx.target.alive():
             # No backward yet. A loop that waits for data 98% of the time shows its forward and
             # backward in a sample or two a second, or in none of a window's 120: look longer and
@@ -108,6 +109,7 @@ class TrainingActivity(Probe):
                 self.reading(ctx, status="forward passes and no backward: looking for a training step "
                                            f"for {EVALUATION_LOOK_S:.0f} s more (an evaluation ends)")
                 windows.append(ctx.measure("stacks.sample", {"seconds": EVALUATION_LOOK_S, "rate": 10}))
+                past_forwards = True
         usable = [w for w in windows if w.ok]
         if not usable:
             return self.cannot(f"stack samples needed: {windows[0].unavailable}", seconds=time.monotonic() - started)
@@ -117,7 +119,7 @@ class TrainingActivity(Probe):
         seconds = sum(w.seconds for w in usable)
         provenance = "py-spy: main-thread samples in backward or the optimizer"
         if training:
-            if len(usable) == 3 and not self._counts(usable[:2])[0] and ctx.forget is not None:
+            if past_forwards and ctx.forget is not None:
                 # Trains, but the walk's window was taken in an evaluation: the nodes after this
                 # one judge a window of training steps, not of the evaluation.
                 ctx.forget("stacks.sample")

@@ -21,11 +21,12 @@ iterator, at its first batch); reports hook state in `signals`. Answers
 input phase (`sys._current_frames`, from a thread of its own, at jittered ticks), so the phase's
 time can be told apart: producing input, or a checkpoint or a log write after the step. Taken
 with the GIL, the samples land where the thread releases it: the whole step is read from
-py-spy's window instead (probes/stepstacks.py says why).
+py-spy's window instead (probes/inputstacks.py says why).
 """
 
 from __future__ import annotations
 
+import collections
 import random
 import sys
 import threading
@@ -35,6 +36,7 @@ from types import ModuleType
 from typing import Any
 
 from ..capability import Capability
+from .cuda import cuda_in_use
 
 BY_OPTIMIZER, BY_BACKWARD = "o", "k"
 STEP_COLUMNS = ("t_end", "wall_s", "loader_wait_s", "boundary", "input_s", "input_cpu_s", "loader_cpu_s",
@@ -63,16 +65,6 @@ def resolve_is_compiling() -> None:
         _is_compiling = compiler.is_compiling
 MAX_SAMPLE_SECONDS = 60.0
 MAX_SAMPLE_RATE = 100.0
-MAX_STACKS = 300
-
-
-def cuda_in_use() -> bool:
-    """Whether the job has initialised CUDA: only then can a `.tolist()` wait for a device."""
-    torch = sys.modules.get("torch")
-    try:
-        return bool(torch is not None and torch.cuda.is_initialized())
-    except Exception:
-        return True  # cannot tell: keep the classifier's rule
 
 
 def first_tensor_elements(args: Any) -> int | None:
@@ -303,10 +295,10 @@ class LoopTiming(Capability):
         register_optimizer_step_pre_hook(self.on_optimizer_pre)
         register_optimizer_step_post_hook(self.on_optimizer_step)
 
-    # -- whole-step stacks (agent side) --------------------------------------------------------
+    # -- input-phase stacks (agent side) -------------------------------------------------------
     def on_request(self, name: str, request_id: Any, params: dict[str, Any]) -> None:
         if self.sampling:
-            self.agent.fail(request_id, "the training thread's stacks are already being sampled")
+            self.agent.fail(request_id, "input stacks are already being sampled")
             return
         seconds = min(float(params.get("seconds", 6.0)), MAX_SAMPLE_SECONDS)
         rate = min(float(params.get("rate", 50.0)), MAX_SAMPLE_RATE)
@@ -315,8 +307,7 @@ class LoopTiming(Capability):
                          name="fieldguide-input-sampler", daemon=True).start()
 
     def sample_input(self, request_id: Any, seconds: float, rate: float) -> None:
-        # stack -> [samples, in the input phase]
-        counts: dict[tuple[tuple[str, str, int], ...], list[int]] = {}
+        counts: collections.Counter[tuple[tuple[str, str, int], ...]] = collections.Counter()
         ticks = 0
         try:
             end = time.monotonic() + seconds
@@ -327,8 +318,8 @@ class LoopTiming(Capability):
                 time.sleep(jitter.uniform(0.5, 1.5) / rate)
                 ticks += 1
                 thread = self.train_thread
-                if thread is None or self.phase_t is None:
-                    continue  # outside the input phase the walk reads py-spy's window: no cost here
+                if self.phase_t is None or thread is None:
+                    continue
                 frame = sys._current_frames().get(thread)
                 frames: list[tuple[str, str, int]] = []
                 while frame is not None and len(frames) < MAX_FRAMES:
@@ -336,14 +327,11 @@ class LoopTiming(Capability):
                     frames.append((getattr(code, "co_qualname", code.co_name), code.co_filename, frame.f_lineno))
                     frame = frame.f_back
                 del frame
-                if frames and self.phase_t is not None:  # still in the phase after we looked
-                    entry = counts.setdefault(tuple(reversed(frames)), [0, 0])
-                    entry[0] += 1
-                    entry[1] += 1
-            ranked = sorted(counts.items(), key=lambda kv: -kv[1][0])[:MAX_STACKS]
-            self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], *v] for k, v in ranked],
-                                          "samples": sum(v[0] for v in counts.values()), "ticks": ticks,
-                                          "seconds": seconds, "cuda": cuda_in_use()})
+                if self.phase_t is not None and frames:  # still in the phase after we looked
+                    counts[tuple(reversed(frames))] += 1
+            self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], n] for k, n in counts.most_common(200)],
+                                          "in_phase": sum(counts.values()), "ticks": ticks, "seconds": seconds,
+                                          "cuda": cuda_in_use(sys.modules.get("torch"))})
         except Exception as err:
             self.agent.fail(request_id, f"input stacks failed: {type(err).__name__}: {err}")
         finally:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from fieldguide.probes.inputstacks import input_stacks
 from fieldguide.probes.loop import input_view, loop_values
 from fieldguide.probes.stackclass import ThreadSample
 from fieldguide.probes.stacks import stack_values
-from fieldguide.probes.stepstacks import step_stacks
 
 JOB = "/job/train.py"
 MODULE = "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"
@@ -84,12 +84,11 @@ def test_a_checkpoint_is_io_by_its_timed_share_and_its_samples_are_not_counted_t
 def test_without_a_stack_window_the_input_phase_decides_and_its_samples_say_what_it_held() -> None:
     """The agent's own samples, taken in the phase: a checkpoint there is not input. Its wrapper
     frames are dropped; the job's frames stay."""
-    reply = {"stacks": [[[[f, p, 10] for f, p in SAVE], 8, 8],
-                        [[[f, p, 12] for f, p in GET_BATCH], 2, 2],
-                        [[*[[f, p, 10] for f, p in BACKWARD], ["backward", AGENT, 250]], 30, 0]],
-             "samples": 40, "cuda": False}
-    stacks = step_stacks(reply, 1, lambda file, line: "")
-    assert all("fieldguide/agent" not in f for s in stacks.all for _, f in s.stack)
+    wrapped_save = [*[[f, p, 10] for f, p in ROOT], ["LoopTiming.wrap_save.<locals>.save", AGENT, 270],
+                    [SAVE[-1][0], SAVE[-1][1], 966]]  # torch.save through the agent's timing wrapper
+    reply = {"stacks": [[wrapped_save, 8], [[[f, p, 12] for f, p in GET_BATCH], 2]], "in_phase": 10, "cuda": False}
+    stacks = input_stacks(reply, 1, lambda file, line: "")
+    assert all("fieldguide/agent" not in f for s in stacks.samples for _, f in s.stack)
     view = input_view(stacks)
     assert view.io_share == pytest.approx(0.8)
     got, missing = launched(rows(phase=0.01), None, view)
