@@ -629,3 +629,41 @@ def test_without_a_dataloader_the_loops_own_calls_for_a_batch_are_its_input():
 def test_without_a_model_call_nothing_is_input():
     values = values_of(main_line(GET_BATCH_SLEEPING, 50), "")
     assert values["data_wait_fraction"] == 0.0 and values["producer"] is None
+
+
+RECORDS_DECODING = ["records (train.py:12)", "<listcomp> (train.py:12)", "loads (/usr/lib/python3.12/json/__init__.py:346)",
+                    "JSONDecoder.decode (/usr/lib/python3.12/json/decoder.py:338)",
+                    "JSONDecoder.raw_decode (/usr/lib/python3.12/json/decoder.py:354)"]
+CHECKPOINT_SAVING = ["save_checkpoint (train.py:30)", "save (torch/serialization.py:965)",
+                     "_save (torch/serialization.py:1200)"]
+
+
+def test_decoding_in_the_loops_call_for_a_batch_is_input_and_a_checkpoint_helper_is_io():
+    # The same classifier in both modes: json.loads inside the batch generator produces the
+    # batch (it was once read as the loop's blocking I/O from outside, as input from inside);
+    # torch.save inside the job's own save_checkpoint() stays the loop's I/O.
+    all_text = "\n".join([main_line(RECORDS_DECODING, 50), main_line(CHECKPOINT_SAVING, 20),
+                          main_line(FORWARD_STACK, 20), main_line(BACKWARD_FROM_MODULE, 10)])
+    active_text = "\n".join([main_line(RECORDS_DECODING, 50), main_line(CHECKPOINT_SAVING, 5),
+                             main_line(FORWARD_STACK, 20), main_line(BACKWARD_FROM_MODULE, 10)])
+    values = values_of(all_text, active_text)
+    assert values["data_wait_fraction"] == pytest.approx(0.5)
+    assert values["producer"] == "the training thread" and values["producer_cpu_fraction"] == pytest.approx(1.0)
+    assert values["input_from"] == "records (train.py), in the loop"
+    assert values["io_fraction"] == pytest.approx(0.2)
+    assert values["io_at"] == "save_checkpoint (train.py)"
+
+
+def test_a_blocked_read_in_the_batch_call_is_input_a_blocked_write_is_not(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("\n" * 49 + "    data = f.read()\n" + "\n" * 9 + "    f.write(blob)\n")
+    reading = [f"next_shard ({path}:50)"]
+    writing = [f"log_step ({path}:60)"]
+    all_text = "\n".join([main_line(reading, 30), main_line(writing, 30), main_line(FORWARD_STACK, 30),
+                          main_line(BACKWARD_FROM_MODULE, 10)])
+    samples = parse_raw(all_text, MAIN_PID)
+    SourceReader(pid=os.getpid()).fill(samples)
+    values, _ = stack_values(samples, [])
+    assert values["data_wait_fraction"] == pytest.approx(0.3)
+    assert values["input_from"] == "next_shard (train.py), in the loop"
+    assert values["io_fraction"] == pytest.approx(0.3) and values["io_at"] == "log_step (train.py:60)"

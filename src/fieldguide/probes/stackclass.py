@@ -141,6 +141,24 @@ def classify_call(source: str) -> str | None:
     return None
 
 
+# Reading and decoding (as opposed to writing): what fetching a batch does. By the function of the
+# I/O library's frame ("loads", "JSONDecoder.raw_decode", "_load"), or by the blocked line's call.
+_READ_FUNCS = re.compile(r"(?:^|\.)_*(?:load\w*|raw_decode|decode|read\w*|recv\w*|get\w*|urlopen|unpickle\w*|"
+                         r"safe_open|iter_\w+|download\w*)$")
+_READ_CALLS = re.compile(r"\.(?:read|readline|readlines|readinto|recv|recv_into|recvfrom|get)\(|"
+                         r"\b(?:pickle|json|torch|np|numpy)\.loads?\(|\burlopen\(")
+
+
+def is_io_read(stack: list[Frame], leaf_source: str = "") -> bool:
+    """An I/O sample that reads or decodes (json.loads, pickle.load, f.read, a GET), not one that
+    writes (torch.save, json.dump, f.write, fsync): inside the loop's call for its next batch,
+    that is producing the batch, not the loop's own I/O."""
+    for func, file in reversed(stack):
+        if any(f in file for f in _IO_FILES):
+            return bool(_READ_FUNCS.search(func))
+    return bool(leaf_source and _READ_CALLS.search(leaf_source))
+
+
 def classify_main(stack: list[Frame], leaf_source: str = "", device: bool = True) -> str:
     """The category of one sample of the training process's main thread.
 

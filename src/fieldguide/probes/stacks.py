@@ -41,13 +41,14 @@ from fieldguide.probes.stackclass import (
     PROFILER,
     SLEEP,
     STARTUP,
+    Frame,
     ThreadSample,
     compile_state,
     is_agent_file,
     summarize,
     uses_gpu,
 )
-from fieldguide.probes.stepcycle import input_samples, user_frame
+from fieldguide.probes.stepcycle import input_call, input_samples, user_frame
 
 _PROCESS = re.compile(r'process (\d+):"')
 _THREAD = re.compile(r"thread \((\w+)\)(?:: (.*))?$")
@@ -195,13 +196,15 @@ def statement_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def io_site(samples: list[ThreadSample]) -> str | None:
+def io_site(samples: list[ThreadSample], loop: Frame | None = None) -> str | None:
     """Where the job's own code does its I/O: the innermost frame of its code in the main
     thread's I/O samples, the most common ("save_checkpoint (train.py)", or with the line when
-    that frame is the blocked one: "log_metrics (train.py:88)")."""
+    that frame is the blocked one: "log_metrics (train.py:88)"). Not the reads of the `loop`'s
+    call for its next batch: those are input."""
     sites: dict[str, int] = {}
     for s in samples:
-        if s.role == "main" and s.thread == "MainThread" and s.category == IO:
+        if s.role == "main" and s.thread == "MainThread" and s.category == IO \
+                and not (loop is not None and input_call(s, loop)):
             site = user_frame(s.stack, s.leaf_line)
             if site:
                 sites[site] = sites.get(site, 0) + s.count
@@ -245,6 +248,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
         where, produce_all, produce_active = "main process", in_main, summary.main_active.get(PRODUCE, 0)
     else:
         where, produce_all, produce_active = None, 0, 0
+    io_reads, loop = 0, None  # I/O samples that are the loop reading its next batch: input, not the loop's I/O
     values["input_from"] = "DataLoader.__next__" if summary.main_all.get(DATA_WAIT, 0) + in_main else None
     if not (summary.main_all.get(DATA_WAIT, 0) + in_main + in_workers):
         # No DataLoader: the loop's own calls for its next batch (a generator, get_batch, a queue).
@@ -254,13 +258,14 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
         if fetched is not None and fetched.samples:
             values["data_wait_fraction"] = fetched.waiting_or_working / fetched.samples
             values["input_from"] = f"{fetched.call}, in the loop" if fetched.call else "no call for a batch in the loop"
+            io_reads, loop = fetched.io_reads, fetched.loop
             if fetched.waiting_or_working >= MIN_PRODUCE_SAMPLES:
                 where, produce_all, produce_active = "the training thread", fetched.waiting_or_working, fetched.on_cpu
     values["producer"] = where
     values["producer_cpu_fraction"] = min(produce_active / produce_all, 1.0) if produce_all else None
     values["worker_producing_fraction"] = summary.worker_share(PRODUCE)
-    values["io_fraction"] = share(IO)
-    values["io_at"] = io_site(all_samples)
+    values["io_fraction"] = max(summary.main_all.get(IO, 0) - io_reads, 0) / total if total else None
+    values["io_at"] = io_site(all_samples, loop)
     # Inside torch.save, which the agent times exactly in a launched job: what the samples need not estimate.
     saving = sum(x.count for x in all_samples if x.role == "main" and x.thread == "MainThread"
                  and any("torch/serialization.py" in f for _, f in x.stack))

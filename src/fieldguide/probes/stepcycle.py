@@ -3,8 +3,9 @@
 Without a DataLoader there is no input frame to look for; the cycle is. The training
 loop is the user function that calls the model (forward) and backward; a sample in that
 loop that is inside another function of the job's own code, or a queue's get, while not
-in forward, backward, the optimizer, I/O or a device wait, is the loop fetching its next
-batch: a generator, a `get_batch`, a queue fed by a thread. On-CPU samples among them
+in forward, backward, the optimizer, writing or a device wait, is the loop fetching its next
+batch: a generator, a `get_batch`, a queue fed by a thread. Reading and decoding there (a file,
+a store, json.loads) is fetching too; writing is the loop's own I/O. On-CPU samples among them
 tell producing from waiting. Pure functions over classified samples.
 """
 
@@ -19,11 +20,13 @@ from dataclasses import dataclass
 from fieldguide.probes.stackclass import (
     BACKWARD,
     FORWARD,
+    IO,
     LOCK_WAIT,
     OTHER,
     SLEEP,
     Frame,
     ThreadSample,
+    is_io_read,
 )
 
 _LIBRARY = re.compile(r"(?:^|/)(?:torch|site-packages|dist-packages)/|/lib/python3[.\d]*/|^<")
@@ -64,7 +67,10 @@ def loop_frame(samples: list[ThreadSample]) -> Frame | None:
 
 def input_call(sample: ThreadSample, loop: Frame) -> str | None:
     """The call the loop makes for its next batch in this sample ("get_batch (train.py:116)"), or None."""
-    if sample.category not in INPUT_CATEGORIES or loop not in sample.stack:
+    if loop not in sample.stack:
+        return None
+    if sample.category not in INPUT_CATEGORIES and not (sample.category == IO
+                                                        and is_io_read(sample.stack, sample.leaf_source)):
         return None
     i = len(sample.stack) - 1 - sample.stack[::-1].index(loop)
     if i + 1 >= len(sample.stack):
@@ -80,7 +86,9 @@ class InputSamples:
     samples: int  # main-thread samples in all
     waiting_or_working: int  # samples fetching the next batch
     on_cpu: int  # of those, on the CPU (from the on-CPU sampler)
+    io_reads: int  # of those, reading or decoding (classified I/O, counted as input instead)
     call: str | None  # the call that spends most of them
+    loop: Frame  # the loop's own frame (input_call(sample, loop) says whether a sample fetches)
 
 
 def input_samples(all_main: list[ThreadSample], active_main: list[ThreadSample]) -> InputSamples | None:
@@ -89,10 +97,12 @@ def input_samples(all_main: list[ThreadSample], active_main: list[ThreadSample])
     if loop is None:
         return None
     calls: collections.Counter[str] = collections.Counter()
+    io_reads = 0
     for s in all_main:
         call = input_call(s, loop)
         if call:
             calls[call] += s.count
+            io_reads += s.count if s.category == IO else 0
     on_cpu = sum(s.count for s in active_main if input_call(s, loop))
     return InputSamples(samples=sum(s.count for s in all_main), waiting_or_working=sum(calls.values()),
-                        on_cpu=on_cpu, call=calls.most_common(1)[0][0] if calls else None)
+                        on_cpu=on_cpu, io_reads=io_reads, loop=loop, call=calls.most_common(1)[0][0] if calls else None)
