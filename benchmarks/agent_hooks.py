@@ -1,10 +1,10 @@
 """The agent's per-step cost on the training thread, in microseconds, with and without its hooks
 interleaved (this box drifts by tens of microseconds between back-to-back timings).
 
-usage: python benchmarks/agent_hooks.py [--rounds 31]
+usage: python benchmarks/agent_hooks.py [--rounds 31] [--layers 2]
 
-A tiny training step (a 64->64 MLP on one fixed batch, ~0.25 ms: the worst case for a per-step
-cost) is timed in blocks, round after round, three ways: plain; with the agent's torch hooks as
+A tiny training step (a 64->64 MLP of --layers layers on one fixed batch, ~0.2 ms at 2: the
+worst case for a per-step cost; more layers, more module calls for a per-call hook to cost) is timed in blocks, round after round, three ways: plain; with the agent's torch hooks as
 a launch installs them (the optimizer step pre/post-hooks that end a step, the wrapper on
 torch.autograd.backward, the forward pre-hook on the outermost module, the torch.save and
 DataLoader wrappers); and with the memory capability armed as the oom playbook arms it (a
@@ -34,9 +34,13 @@ BLOCK = 300
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=31)
+    ap.add_argument("--layers", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+    layers: list[torch.nn.Module] = [torch.nn.Linear(64, 64)]
+    for _ in range(args.layers - 1):
+        layers += [torch.nn.ReLU(), torch.nn.Linear(64, 64)]
+    model = torch.nn.Sequential(*layers)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(16, 64)
 
@@ -59,13 +63,17 @@ def main() -> None:
     memory = agent.capabilities["memory"]
     memory.arm(frozenset())
     hooked = {"backward": torch.autograd.backward, "pre": dict(optim_module._global_optimizer_pre_hooks),
-              "post": dict(optim_module._global_optimizer_post_hooks), "forward": dict(model._forward_pre_hooks)}
+              "post": dict(optim_module._global_optimizer_post_hooks), "forward": dict(model._forward_pre_hooks),
+              "global_pre": dict(nn_module._global_forward_pre_hooks),
+              "global_post": dict(nn_module._global_forward_hooks)}
 
     def switch(on: bool, armed: bool = False) -> None:
         torch.autograd.backward = hooked["backward"] if on else plain_backward
         for table, key in ((optim_module._global_optimizer_pre_hooks, "pre"),
                            (optim_module._global_optimizer_post_hooks, "post"),
-                           (model._forward_pre_hooks, "forward")):
+                           (model._forward_pre_hooks, "forward"),
+                           (nn_module._global_forward_pre_hooks, "global_pre"),
+                           (nn_module._global_forward_hooks, "global_post")):
             table.clear()
             if on:
                 table.update(hooked[key])
@@ -73,7 +81,6 @@ def main() -> None:
             memory.push_pack_hook()
         elif not armed and memory.tracking:
             memory.pop_pack_hook()
-        assert not nn_module._global_forward_pre_hooks
 
     def block() -> float:
         t0 = time.perf_counter()
@@ -97,7 +104,9 @@ def main() -> None:
     step_us = statistics.median(plain)
     hook_cost = [h - p for h, p in zip(hooks, plain, strict=True)]
     arm_cost = [a - h for a, h in zip(armed, hooks, strict=True)]
-    print(f"tiny step plain: median {step_us:.1f} us over {args.rounds} rounds of {BLOCK} steps")
+    print(f"tiny step plain ({sum(1 for _ in model.modules())} modules; global module hooks left on: "
+          f"{len(hooked['global_pre']) + len(hooked['global_post'])}): median {step_us:.1f} us "
+          f"over {args.rounds} rounds of {BLOCK} steps")
     print(f"the agent's hooks:      {spread(hook_cost)} per step")
     print(f"memory armed (oom):     {spread(arm_cost)} per step more")
     for step_ms in (step_us / 1000, 1.0, 10.0):

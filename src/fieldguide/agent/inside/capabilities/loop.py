@@ -86,6 +86,17 @@ def round_row(row: list[Any]) -> list[Any]:
     return [round(v, 6) if isinstance(v, float) else v for v in row]
 
 
+def dynamo_has_compiled() -> bool:
+    """torch.compile has converted a frame in this process (True when that cannot be read)."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+    try:
+        return counters is None or bool(counters["frames"]["total"])
+    except Exception:
+        return True
+
+
 class LoopTiming(Capability):
     name = "loop"
     streams = ("steps", "iters", "signals")
@@ -210,11 +221,13 @@ class LoopTiming(Capability):
     def stop_discovery(self) -> None:
         """The outermost modules are known: hook them alone, and drop the global hook.
 
-        Not in a job that compiles: dynamo guards on the hooks of the modules it traced, so
+        Not in a job that has compiled: dynamo guards on the hooks of the modules it traced, so
         moving hooks would recompile the user's model. The global hook stays there, and does
-        nothing once discovery is over."""
+        nothing once discovery is over. (torch._dynamo being imported says nothing: the first
+        optimizer step imports it in every job, and two global hooks on every module call cost
+        a transformer's step more than the agent may.)"""
         self.discovering = False
-        if "torch._dynamo" not in sys.modules:
+        if not dynamo_has_compiled():
             handle, self.global_hook = self.global_hook, None
             end, self.global_end_hook = self.global_end_hook, None
             for h in (handle, end):
