@@ -183,10 +183,12 @@ def test_a_given_note_comes_first_then_the_caveat(walk_with, env):
 
 
 def test_a_clean_attach_walk_says_what_it_did_not_measure(walk_with, env):
-    walk, _ = walk_with(caps=frozenset({"process"}))
+    # No py-spy: the debug switches read from outside still measure, the stack windows cannot.
+    no_spy = Measurement.cannot("stacks.sample", "py-spy is not installed", applicable=False)
+    walk, _ = walk_with({"stacks.sample": no_spy}, caps=frozenset({"process"}))
     findings = findings_from_walk(walk, TARGET, env)
     assert findings.verdict == "clean"
-    assert findings.note.startswith("not measured on this target: host.overhead")
+    assert findings.note.startswith("not measured on this target: input.worker-startup, input.data-wait")
 
 
 def test_from_json_round_trips(departure):

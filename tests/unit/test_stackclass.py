@@ -667,3 +667,30 @@ def test_a_blocked_read_in_the_batch_call_is_input_a_blocked_write_is_not(tmp_pa
     assert values["data_wait_fraction"] == pytest.approx(0.3)
     assert values["input_from"] == "next_shard (train.py), in the loop"
     assert values["io_fraction"] == pytest.approx(0.3) and values["io_at"] == "log_step (train.py:60)"
+
+
+SITE = "/venv/lib/python3.12/site-packages"
+CLOSURE = [f"Trainer.fit ({SITE}/lightning/pytorch/trainer/trainer.py:560)",
+           f"LightningOptimizer.step ({SITE}/lightning/pytorch/core/optimizer.py:154)",
+           "SGD.step (torch/optim/sgd.py:80)",
+           f"_AutomaticOptimization._training_step ({SITE}/lightning/pytorch/loops/optimization/automatic.py:319)",
+           "LogisticRegression.training_step (train.py:30)"]
+LOGGING = CLOSURE + [f"LightningModule.log ({SITE}/lightning/pytorch/core/module.py:510)",
+                     "Tensor.mean (torch/_tensor.py:40)"]
+UPDATE = CLOSURE[:3] + ["_single_tensor_sgd (torch/optim/sgd.py:300)"]
+PROGRESS = CLOSURE[:1] + [f"TQDMProgressBar.on_train_batch_end ({SITE}/lightning/pytorch/callbacks/progress/tqdm_progress.py:280)",
+                          f"tqdm.format_meter ({SITE}/tqdm/std.py:600)", "Formatter.format (/usr/lib/python3.12/string.py:190)"]
+LOSS_IN_USER_CODE = CLOSURE + ["binary_cross_entropy_with_logits (torch/nn/functional.py:3600)"]
+
+
+def test_a_trainers_logging_inside_the_optimizer_closure_is_its_bookkeeping_not_the_update():
+    assert classify_main(frames([MODULE, *LOGGING])) == OTHER
+    assert classify_main(frames([MODULE, *UPDATE])) == OPTIMIZER
+    assert classify_main(frames([MODULE, *CLOSURE, *FORWARD_STACK[:2]])) == FORWARD
+    all_text = "\n".join([main_line(LOGGING, 40), main_line(PROGRESS, 20), main_line(UPDATE, 10),
+                          main_line(LOSS_IN_USER_CODE, 10), main_line(CLOSURE + FORWARD_STACK, 20)])
+    values = values_of(all_text, "")
+    assert values["bookkeeping_fraction"] == pytest.approx(0.6)  # the job's own loss is not bookkeeping
+    assert values["bookkeeping_at"] == "LightningModule.log (lightning) 67%, tqdm.format_meter (tqdm) 33%"
+    assert values["overhead_fraction"] == values["bookkeeping_fraction"]
+    assert values["optimizer_fraction"] == pytest.approx(0.1)

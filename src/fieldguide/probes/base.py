@@ -45,6 +45,15 @@ class ProbeContext:
         return True
 
 
+def stack_window(ctx: ProbeContext) -> dict[str, Any] | None:
+    """The walk's stack window (prefetched beside the first nodes, so no extra time): what the
+    training thread does over whole steps, seen from outside as attach mode sees it."""
+    if ctx.measure is None:
+        return None
+    window = ctx.measure("stacks.sample", {})
+    return window.values if window.ok else None
+
+
 class Probe:
     """Measures one thing about a target for a bounded time.
 

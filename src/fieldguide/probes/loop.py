@@ -11,7 +11,7 @@ from typing import Any
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
-from fieldguide.probes.base import ProbeContext
+from fieldguide.probes.base import ProbeContext, stack_window
 from fieldguide.probes.inputstacks import InputStacks, input_stacks
 from fieldguide.probes.stats import median, quantile
 from fieldguide.probes.stepcycle import user_frame
@@ -224,7 +224,7 @@ class LoopSteps(AgentProbe):
         end = time.monotonic()
         stacks = self._input_stacks(ctx, sampled)
         view = input_view(stacks) if stacks is not None else None
-        outside = self._stack_window(ctx)
+        outside = stack_window(ctx)
         steps = list(conn.steps)
         steps_before = conn.steps_total - len(steps)
         values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view, outside)
@@ -287,15 +287,6 @@ class LoopSteps(AgentProbe):
             return
         why = reply.error if reply is not None else "no CUDA capability in this agent"
         missing["device_step_ms_median"] = missing["device_step_ms_p90"] = why
-
-    @staticmethod
-    def _stack_window(ctx: ProbeContext) -> dict[str, Any] | None:
-        """The walk's stack window (prefetched beside the first nodes, so no extra time): what
-        the training thread does over whole steps, seen from outside as attach mode sees it."""
-        if ctx.measure is None:
-            return None
-        window = ctx.measure("stacks.sample", {})
-        return window.values if window.ok else None
 
     def _input_stacks(self, ctx: ProbeContext, sampled: list[Any]) -> InputStacks | None:
         if not sampled:

@@ -10,7 +10,7 @@ import time
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
-from fieldguide.probes.base import ProbeContext
+from fieldguide.probes.base import ProbeContext, stack_window
 
 
 @register
@@ -20,7 +20,11 @@ class OpProfile(AgentProbe):
     capability = "opprofile"
     params = {"steps": 5, "timeout": 30.0}
     values = {"ops_per_step": "", "median_op_us": "us", "op_time_fraction": "fraction",
-              "profiled_steps": "", "profiled_step_ms": "ms", "loader_fraction": "fraction"}
+              "profiled_steps": "", "profiled_step_ms": "ms", "loader_fraction": "fraction",
+              "overhead_fraction": "fraction", "overhead_detail": "", "bookkeeping_fraction": "fraction",
+              "bookkeeping_at": ""}
+    # From the walk's stack window: how much of the overhead is a framework's own code, and where.
+    BOOKKEEPING_SHOWN = 0.1
 
     def run(self, ctx: ProbeContext, steps: int = 5, timeout: float = 30.0) -> Measurement:
         started = time.monotonic()
@@ -42,7 +46,17 @@ class OpProfile(AgentProbe):
             "profiled_steps": profile["steps"],
             "profiled_step_ms": round(profile["wall_s"] * 1000 / max(profile["steps"], 1), 2),
             "loader_fraction": profile["loader_fraction"],
+            "overhead_fraction": 1.0 - profile["op_time_fraction"],
         }
+        window = stack_window(ctx)
+        values["bookkeeping_fraction"] = window.get("bookkeeping_fraction") if window else None
+        values["bookkeeping_at"] = window.get("bookkeeping_at") if window else None
+        detail = (f"{values['ops_per_step']:.0f} ops a step with a median of {values['median_op_us']:.1f} µs; "
+                  f"{values['op_time_fraction']:.0%} of step time inside ops")
+        if (values["bookkeeping_fraction"] or 0.0) >= self.BOOKKEEPING_SHOWN:
+            detail += (f"; a framework's own code in {values['bookkeeping_fraction']:.0%} of the training thread's "
+                       f"samples, most in {values['bookkeeping_at']}")
+        values["overhead_detail"] = detail
         return self.measurement(values=values, evidence={"top_ops": profile["top_ops"]}, seconds=elapsed,
                                 provenance=f"torch.profiler (CPU{' + CUDA' if profile.get('device_time_us') else ''}) "
                                            f"over {profile['steps']} steps; outermost aten ops, DataLoader time excluded")

@@ -14,7 +14,9 @@ OTHER: it is never called file or network I/O without evidence.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 
 Frame = tuple[str, str]  # (function, short file name)
@@ -133,6 +135,14 @@ def in_torch(file: str) -> bool:
     return bool(_TORCH.search(file))
 
 
+_STDLIB = re.compile(r"/lib/python3[.\d]*/(?!site-packages/|dist-packages/)|^<")
+
+
+def is_stdlib(file: str) -> bool:
+    """The standard library's (by path, or a bare module name as py-spy gives for frozen ones)."""
+    return bool(_STDLIB.search(file)) or ("/" not in file and os.path.splitext(file)[0] in sys.stdlib_module_names)
+
+
 def classify_call(source: str) -> str | None:
     """The category of the C call a blocked line makes, from the line's source; None if unknown."""
     for category, pattern in _CALLS:
@@ -200,15 +210,21 @@ def classify_main(stack: list[Frame], leaf_source: str = "", device: bool = True
             return DEVICE_SYNC
         if _in(frame, *_LOCK_FILES):
             return LOCK_WAIT
+    closure = False  # code outside torch below an optimizer frame: the closure it calls
     for frame in leaf_first:
         func, file = frame
-        if "torch/optim/" in file:
+        if "torch/optim/" in file and not closure:
+            # Only the update itself: a closure's forward and backward are found first (they are
+            # inner), and what else it runs (a trainer's logging in its training_step) is not the
+            # optimizer's work.
             return OPTIMIZER
         if ("torch/_tensor.py" in file and func.endswith("backward")) or "torch/autograd/__init__.py" in file \
                 or "torch/autograd/graph.py" in file:
             return BACKWARD
         if "torch/nn/modules/module.py" in file and func.endswith(("_call_impl", "_wrapped_call_impl")):
             return FORWARD
+        if not in_torch(file) and not is_stdlib(file):
+            closure = True
     return OTHER
 
 
