@@ -694,3 +694,26 @@ def test_a_trainers_logging_inside_the_optimizer_closure_is_its_bookkeeping_not_
     assert values["bookkeeping_at"] == "LightningModule.log (lightning) 67%, tqdm.format_meter (tqdm) 33%"
     assert values["overhead_fraction"] == values["bookkeeping_fraction"]
     assert values["optimizer_fraction"] == pytest.approx(0.1)
+
+
+HF_SAVE = [f"Trainer.train ({SITE}/transformers/trainer.py:2200)",
+           f"Trainer._maybe_log_save_evaluate ({SITE}/transformers/trainer.py:3100)",
+           f"Trainer._save_checkpoint ({SITE}/transformers/trainer.py:3200)"]
+HF_RNG_STATE = HF_SAVE + ["get_rng_state (torch/random.py:40)"]  # gathering state: no I/O frame
+HF_OPTIMIZER_WRITE = HF_SAVE + [f"Trainer._save_optimizer_and_scheduler ({SITE}/transformers/trainer.py:3300)",
+                                "save (torch/serialization.py:965)", "_save (torch/serialization.py:1200)"]
+HF_EVERY_STEP = [f"Trainer.train ({SITE}/transformers/trainer.py:2200)",
+                 f"Trainer._maybe_log_save_evaluate ({SITE}/transformers/trainer.py:3100)",
+                 "Tensor.item (torch/_tensor.py:40)"]
+
+
+def test_a_trainers_checkpoint_save_is_io_and_is_named_where_it_is_called():
+    # The whole save is the write's cost (state dicts, RNG states, the trainer's JSON), not only
+    # its file writes; the call site is the framework's function, not the job's `main`.
+    assert classify_main(frames([MODULE, *HF_RNG_STATE])) == IO
+    assert classify_main(frames([MODULE, *HF_EVERY_STEP])) == OTHER  # called every step, saves nothing
+    values = values_of("\n".join([main_line(HF_RNG_STATE, 10), main_line(HF_OPTIMIZER_WRITE, 20),
+                                  main_line(HF_EVERY_STEP, 10), main_line(FORWARD_STACK, 60)]), "")
+    assert values["io_fraction"] == pytest.approx(0.3)
+    assert values["io_at"] == "Trainer._save_optimizer_and_scheduler (transformers)"
+    assert classify_main(frames([MODULE, "checkpoint (torch/utils/checkpoint.py:480)"])) == OTHER

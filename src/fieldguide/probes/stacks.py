@@ -47,12 +47,14 @@ from fieldguide.probes.stackclass import (
     compile_state,
     in_torch,
     is_agent_file,
+    is_io_file,
     is_stdlib,
     summarize,
     uses_gpu,
 )
-from fieldguide.probes.stepcycle import input_call, input_samples, user_frame
+from fieldguide.probes.stepcycle import input_call, input_samples
 
+_PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")
 _PROCESS = re.compile(r'process (\d+):"')
 _THREAD = re.compile(r"thread \((\w+)\)(?:: (.*))?$")
 _FRAME = re.compile(r"^(.*) \((.*?)(?::(\d+))?\)$")
@@ -199,6 +201,22 @@ def statement_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def io_caller(stack: list[Frame], leaf_line: int | None = None) -> str | None:
+    """The code that made the I/O call: the innermost frame outside torch, the standard library
+    and the I/O packages (safetensors, requests...). The job's own function ("save_checkpoint
+    (train.py)", with the line when it is the blocked frame) or a framework's
+    ("Trainer._save_optimizer_and_scheduler (transformers)")."""
+    for depth, (func, file) in enumerate(reversed(stack)):
+        if in_torch(file) or is_stdlib(file) or is_io_file(file):
+            continue
+        package = _PACKAGE.search(file)
+        if package:
+            return f"{func} ({package.group(1)})"
+        line = f":{leaf_line}" if depth == 0 and leaf_line else ""
+        return f"{func} ({os.path.basename(file)}{line})"
+    return None
+
+
 def io_site(samples: list[ThreadSample], loop: Frame | None = None) -> str | None:
     """Where the job's own code does its I/O: the innermost frame of its code in the main
     thread's I/O samples, the most common ("save_checkpoint (train.py)", or with the line when
@@ -208,13 +226,10 @@ def io_site(samples: list[ThreadSample], loop: Frame | None = None) -> str | Non
     for s in samples:
         if s.role == "main" and s.thread == "MainThread" and s.category == IO \
                 and not (loop is not None and input_call(s, loop)):
-            site = user_frame(s.stack, s.leaf_line)
+            site = io_caller(s.stack, s.leaf_line)
             if site:
                 sites[site] = sites.get(site, 0) + s.count
     return max(sites, key=lambda k: sites[k]) if sites else None
-
-
-_PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")
 
 
 def framework_frame(stack: list[Frame]) -> str | None:
