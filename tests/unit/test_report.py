@@ -319,6 +319,15 @@ def test_redact_argv_secret_assignments(arg):
     assert redact_argv([arg]) == [f"{name}={REDACTED}"]
 
 
+def test_a_source_files_line_is_no_secret_even_when_the_file_is_named_for_one():
+    # Stacks name tokenizers' files; a try-fix row names the job's line.
+    for text in ("tokenize (tokenizer.py:88)", "num_workers=4 at hf_trainer_tokenize_cpu.py:70 via transformers",
+                 "Tokenizer.encode (tokenization_utils_base.py:2600)"):
+        assert redact_text(text) == text
+    assert redact_text("token.txt:hunter2") == f"token.txt:{REDACTED}"
+    assert redact_text("HF_TOKEN: 1234") == f"HF_TOKEN: {REDACTED}"
+
+
 def test_ordinary_args_are_untouched():
     argv = ["python", "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--lr", "0.1",
             "--batch-size", "64", "--epochs=3", "--data", "/data/imagenet", "--url", "https://example.com/x"]

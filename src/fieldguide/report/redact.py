@@ -19,6 +19,8 @@ _ASSIGNMENT = re.compile(rf"(?P<name>[\w.\-]*(?:{_WORDS})[\w.\-]*)(?P<sep>\s*[=:
                          re.I)
 # `--token VALUE` inside one string (a `bash -c "..."` argument, a log line).
 _FLAG = re.compile(rf"(?P<name>--?[\w.\-]*(?:{_WORDS})[\w.\-]*)(?P<sep>\s+)(?P<value>[^\s-]\S*)", re.I)
+# `tokenizer.py:88`, `hf_token_utils.py:12`: a source file's line, not a secret's value.
+_SOURCE_LINE = re.compile(r"\.(?:py|pyx|pyi|c|cc|cpp|h|hpp|cu|cuh|rs|go|js|ts|sh|yaml|yml|toml|json|txt|log)$", re.I)
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{8,}", re.I)
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)([^@\s/]+)(@)")
 
@@ -27,9 +29,15 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+def _redact_assignment(m: re.Match[str]) -> str:
+    if m.group("sep").strip() == ":" and _SOURCE_LINE.search(m.group("name")) and re.fullmatch(r"\d+[)\],;.]*", m.group("value")):
+        return m.group(0)
+    return f"{m.group('name')}{m.group('sep')}{REDACTED}"
+
+
 def redact_text(text: str) -> str:
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    text = _ASSIGNMENT.sub(lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}", text)
+    text = _ASSIGNMENT.sub(_redact_assignment, text)
     text = _FLAG.sub(lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}", text)
     text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
     return _SECRET_VALUE.sub(REDACTED, text)

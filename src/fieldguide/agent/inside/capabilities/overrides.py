@@ -23,7 +23,7 @@ import inspect
 import os
 import sys
 import traceback
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from ..capability import Capability
@@ -47,13 +47,54 @@ def parse_overrides(text: str) -> dict[str, Any]:
     return found
 
 
-def caller() -> str:
-    """The job's own line that made the call being changed."""
-    for frame in reversed(traceback.extract_stack()[:-1]):
-        if "/torch/" not in frame.filename and "_fieldguide_agent" not in frame.filename \
-                and "fieldguide/agent" not in frame.filename:
-            return f"{os.path.basename(frame.filename)}:{frame.lineno}"
-    return "?"
+def _is_agent_or_torch(filename: str) -> bool:
+    return "/torch/" in filename or "_fieldguide_agent" in filename or "fieldguide/agent" in filename
+
+
+def _is_installed(filename: str) -> bool:
+    return "site-packages/" in filename or "dist-packages/" in filename
+
+
+def caller(setting: str = "") -> str:
+    """Where the call being changed was made, said as the user would change it: the job's own
+    line, and when a framework made the call for it (a trainer building its DataLoader), which
+    framework and, where one of its settings objects has a field named for the `setting`
+    ("num_workers" -> TrainingArguments.dataloader_num_workers), that field: "train.py:70 via
+    transformers (its setting TrainingArguments.dataloader_num_workers)"."""
+    frames = [f for f in traceback.extract_stack()[:-1] if not _is_agent_or_torch(f.filename)]
+    if not frames:
+        return "?"
+    own_at = max((i for i, f in enumerate(frames) if not _is_installed(f.filename)), default=None)
+    own = frames[own_at] if own_at is not None else None
+    where = f"{os.path.basename(own.filename)}:{own.lineno}" if own else "?"
+    if not _is_installed(frames[-1].filename):
+        return where
+    # The framework the job called (a Trainer), not the library that built the call for it.
+    called = frames[own_at + 1 if own_at is not None else 0]
+    package = called.filename.split("-packages/", 1)[1].split("/", 1)[0]
+    field = settings_field(setting) if setting else None
+    return f"{where} via {package} (its setting {field})" if field else f"{where} via {package}"
+
+
+def settings_field(setting: str) -> str | None:
+    """A settings object's field named for `setting`, as seen by the installed code that made the
+    call: `self.args.dataloader_num_workers` read by a Trainer method -> "TrainingArguments.dataloader_num_workers"."""
+    frame: FrameType | None = sys._getframe(2)
+    try:
+        while frame is not None:
+            if _is_installed(frame.f_code.co_filename) and not _is_agent_or_torch(frame.f_code.co_filename):
+                owner = frame.f_locals.get("self")
+                for candidate in (getattr(owner, "args", None), getattr(owner, "config", None), owner):
+                    fields = getattr(candidate, "__dict__", None)
+                    if not isinstance(fields, dict):
+                        continue
+                    for name in fields:
+                        if name.endswith(setting) and not name.startswith("_"):
+                            return f"{type(candidate).__name__}.{name}"
+            frame = frame.f_back
+    finally:
+        del frame
+    return None
 
 
 class NoAnomaly:
@@ -124,11 +165,11 @@ class Overrides(Capability):
             try:
                 bound = signature.bind_partial(loader, *args, **kwargs)
                 arguments = bound.arguments
-                where = caller()
                 for key in ("num_workers", "pin_memory", "persistent_workers"):
                     name = f"dataloader.{key}"
                     if name not in capability.values:
                         continue
+                    where = caller(key)
                     value = capability.values[name]
                     if key == "persistent_workers" and not (arguments.get("num_workers") or 0):
                         capability.note(name, "not applied: the loader has no workers", where)
