@@ -529,10 +529,30 @@ def test_a_forward_seen_too_rarely_to_expect_a_backward_is_walked_as_training() 
     assert m.ok and m.values["trains"] is True and m.values["forward_samples"] == 3
     assert "no backward" in m.provenance
 
-    windows[:] = [_window(120, 0.0, 0.4), _window(400, 0.0, 0.4), _window(150, 0.0, 0.4)]
+    windows[:] = [_window(120, 0.0, 0.4), _window(400, 0.0, 0.4), _window(300, 0.0, 0.4), _window(150, 0.0, 0.4)]
     m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure))  # type: ignore[arg-type]
     assert not m.ok and "forward only: a model being served" in m.unavailable
-    assert not windows  # a third, sparse look: a server still serves
+    assert not windows  # a dense look, then a sparse one: a server still serves
+
+
+def test_a_backward_far_shorter_than_its_forward_is_found_by_a_dense_look() -> None:
+    """A loop sleeping 2 ms a sample: its forward took 16x its backward (the intra-op threads
+    waking); 11 forward samples in 120 and 70 in 800 at 100 Hz, no backward. 3 s at 1000 Hz."""
+    from fieldguide.probes.training import TrainingActivity
+
+    asked: list[dict[str, Any]] = []
+    windows = [_window(120, 0.0, 0.09), _window(800, 0.0, 0.09), _window(413, 0.039, 0.6)]
+
+    def measure(probe: str, params: dict[str, Any]) -> Measurement:
+        asked.append(params)
+        return windows.pop(0)
+
+    forgotten: list[str] = []
+    m = TrainingActivity().run(ProbeContext(target=_Attached(), measure=measure,  # type: ignore[arg-type]
+                                            forget=forgotten.append))
+    assert asked == [{}, {"seconds": 8.0, "rate": 100}, {"seconds": 3.0, "rate": 1000}]
+    assert m.ok and m.values["trains"] is True and m.values["training_samples"] == 16
+    assert forgotten == []  # no evaluation: the windows taken stand for the steps
 
 
 def test_an_evaluation_is_waited_out_before_forward_passes_are_called_serving() -> None:
@@ -541,7 +561,7 @@ def test_an_evaluation_is_waited_out_before_forward_passes_are_called_serving() 
     from fieldguide.probes.training import TrainingActivity
 
     asked: list[dict[str, Any]] = []
-    windows = [_window(120, 0.0, 0.5), _window(800, 0.0, 0.5), _window(150, 0.3, 0.3)]
+    windows = [_window(120, 0.0, 0.5), _window(800, 0.0, 0.5), _window(300, 0.0, 0.5), _window(150, 0.3, 0.3)]
 
     def measure(probe: str, params: dict[str, Any]) -> Measurement:
         asked.append(params)

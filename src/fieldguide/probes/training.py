@@ -19,6 +19,7 @@ STEP_SIGNALS = {"o": "optimizer.step", "k": "backward()"}
 
 # Forward samples with no backward it takes to call a process a model being served, not trained.
 FORWARDS_TO_CALL_SERVED = 6
+DENSE_LOOK_S, DENSE_LOOK_HZ = 3.0, 1000  # a short look for backward passes far shorter than a forward
 EVALUATION_LOOK_S = 15.0  # how much longer forward-only samples are watched for a training step
 
 
@@ -101,6 +102,14 @@ class TrainingActivity(Probe):
             # showed neither in one of two acceptance runs; at 100 Hz it expects 4 model samples.
             windows.append(ctx.measure("stacks.sample", {"seconds": 8.0, "rate": 100}))
             training, forward, _ = self._counts([w for w in windows if w.ok])
+            if not training and forward >= FORWARDS_TO_CALL_SERVED and ctx.target.alive():
+                # A backward need not take as long as its forward: a loop that sleeps 2 ms a sample
+                # spent 16x longer in its forward (the intra-op threads waking) than in its 0.05 ms
+                # backward, and 1066 samples at up to 100 Hz saw none in one of three acceptance
+                # runs. A short dense look sees steps that short (16 backward samples in 3 s).
+                self.reading(ctx, status="forward passes and no backward: a dense look for a short backward")
+                windows.append(ctx.measure("stacks.sample", {"seconds": DENSE_LOOK_S, "rate": DENSE_LOOK_HZ}))
+                training, forward, _ = self._counts([w for w in windows if w.ok])
             if not training and forward >= FORWARDS_TO_CALL_SERVED and ctx.target.alive() \
                     and ctx.budget_left > EVALUATION_LOOK_S + 10:
                 # Forward after forward and no backward: a model being served, or a training job
