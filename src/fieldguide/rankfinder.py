@@ -1,11 +1,14 @@
-"""The ranks of a multi-rank job seen from outside: processes whose environment names a RANK in
-the same job (TORCHELASTIC_RUN_ID, else MASTER_ADDR:MASTER_PORT) as the given process, or as its
-children when it is the launcher (torchrun, srun's step)."""
+"""The ranks of a multi-rank job seen from outside: processes whose environment names a RANK (or
+a LOCAL_RANK on a node, as Lightning's own launcher sets) in the same job (TORCHELASTIC_RUN_ID,
+else MASTER_ADDR:MASTER_PORT) as the given process, or as its children when it is the launcher
+(torchrun, srun's step), or rank 0 itself when it started the others (Lightning's DDP)."""
 
 from __future__ import annotations
 
 import socket
 from typing import Any
+
+from fieldguide.agent.inside.capabilities.collectives import global_rank
 
 JOB_KEYS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
 
@@ -17,7 +20,7 @@ def _identity(proc: Any) -> dict[str, str] | None:
         env: dict[str, str] = proc.environ()
     except (psutil.Error, OSError):
         return None
-    if "RANK" not in env or int(env.get("WORLD_SIZE", "1") or 1) <= 1:
+    if int(env.get("WORLD_SIZE", "1") or 1) <= 1 or global_rank(env) is None:
         return None
     return env
 
@@ -51,7 +54,8 @@ def sibling_ranks(pid: int) -> list[dict[str, Any]]:
             job = _job(env)
         if _job(env) != job:
             continue
-        rank = int(env["RANK"])
+        rank = global_rank(env)
+        assert rank is not None
         # A DataLoader worker inherits its rank's environment: the rank is the oldest of them.
         try:
             created = candidate.create_time()
@@ -60,4 +64,28 @@ def sibling_ranks(pid: int) -> list[dict[str, Any]]:
         if rank not in found or created < found[rank]["created"]:
             found[rank] = {"rank": rank, "pid": candidate.pid, "host": socket.gethostname(),
                            "world_size": int(env.get("WORLD_SIZE", "1")), "created": created}
+    _add_launching_rank(proc, own, found)
     return [{k: v for k, v in found[r].items() if k != "created"} for r in sorted(found)]
+
+
+def _add_launching_rank(proc: Any, own: dict[str, str] | None, found: dict[int, dict[str, Any]]) -> None:
+    """A framework that starts the other ranks from rank 0 (Lightning's DDP re-runs the script for
+    local ranks 1..n-1) leaves rank 0 without any rank in its environment: it is the parent of the
+    ranks found, and the one rank missing. torchrun and mp.spawn start every rank as a child:
+    none is missing, and their parent is no rank."""
+    import psutil
+
+    if not found or 0 in found:
+        return
+    try:
+        parents = {psutil.Process(r["pid"]).ppid() for r in found.values()}
+        root = proc if own is None else proc.parent()
+        if root is None or parents != {root.pid} or _identity(root) is not None:
+            return
+        world = max(r["world_size"] for r in found.values())
+        if len(found) != world - 1:
+            return
+        found[0] = {"rank": 0, "pid": root.pid, "host": socket.gethostname(), "world_size": world,
+                    "created": root.create_time()}
+    except psutil.Error:
+        return

@@ -31,7 +31,9 @@ LAUNCHED_ELSEWHERE = {"start_checkpoint_slow_storage", "start_index_dataset"}
 TRAINING_SHAPES = {"gan_two_optimizers", "getbatch_cpu", "getbatch_waiting", "grad_accumulation_cpu", "lbfgs_healthy",
                    "manual_sgd_healthy", "served_not_trained", "loader_slow_workers", "loader_decode_cpu",
                    # The batch taken between the forward and the backward; frameworks' own loops.
-                   "prefetch_store_waiting", "lightning_remote_reads", "hf_trainer_tokenize_cpu"}
+                   "prefetch_store_waiting", "hf_trainer_tokenize_cpu",
+                   # Lightning's fit loop and its own DDP launcher (rank 0 starts rank 1).
+                   "lightning_ddp_remote_reads"}
 
 
 def cases(mode: str) -> list[object]:

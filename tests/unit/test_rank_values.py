@@ -161,6 +161,45 @@ def test_a_launchers_ranks_are_found_by_their_environment(tmp_path):
         proc.wait()
 
 
+def test_a_rank_0_that_started_the_other_ranks_itself_is_found(tmp_path):
+    """Lightning's DDP: rank 0 is the script itself, with no rank in its environment; it re-runs the
+    script for local rank 1 with LOCAL_RANK, NODE_RANK, WORLD_SIZE and MASTER_PORT (no RANK)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fieldguide.agent.inside.capabilities.collectives import global_rank
+    from fieldguide.rankfinder import sibling_ranks
+
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        "if 'LOCAL_RANK' not in os.environ:\n"
+        "    env = dict(os.environ, LOCAL_RANK='1', NODE_RANK='0', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',\n"
+        "               MASTER_PORT='43147')\n"
+        "    subprocess.Popen([sys.executable, sys.argv[0]], env=env)\n"
+        "    print('up', flush=True)\n"
+        "time.sleep(30)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK")}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        time.sleep(0.3)
+        ranks = sibling_ranks(proc.pid)
+        assert [(r["rank"], r["world_size"]) for r in ranks] == [(0, 2), (1, 2)] and ranks[0]["pid"] == proc.pid
+        assert [r["pid"] for r in sibling_ranks(ranks[1]["pid"])] == [proc.pid, ranks[1]["pid"]]  # from rank 1
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert global_rank({"LOCAL_RANK": "1", "WORLD_SIZE": "2"}) == 1
+    assert global_rank({"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}) == 3
+    assert global_rank({"LOCAL_RANK": "1", "NODE_RANK": "1", "WORLD_SIZE": "4"}) is None  # node size unknown
+    assert global_rank({"LOCAL_RANK": "0", "WORLD_SIZE": "1"}) is None and global_rank({"RANK": "5"}) == 5
+
+
 def test_off_cpu_and_run_queue_shares_of_a_window() -> None:
     from fieldguide.probes.dist import off_cpu_shares
 

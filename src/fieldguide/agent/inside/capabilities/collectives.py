@@ -26,8 +26,8 @@ from ..capability import Capability
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
                "broadcast", "barrier", "monitored_barrier", "reduce", "all_to_all", "all_to_all_single", "gather",
                "scatter", "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
-RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "MASTER_ADDR",
-            "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "NODE_RANK",
+            "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
 def rank_identity() -> dict[str, str]:
@@ -35,7 +35,27 @@ def rank_identity() -> dict[str, str]:
     identity = {k: os.environ[k] for k in RANK_ENV if k in os.environ}
     if "RANK" not in identity and "SLURM_PROCID" in os.environ and "WORLD_SIZE" in os.environ:
         identity["RANK"] = os.environ["SLURM_PROCID"]
+    rank = global_rank(identity)
+    if rank is not None:
+        identity["RANK"] = str(rank)
     return identity
+
+
+def global_rank(env: dict[str, str]) -> int | None:
+    """RANK, or where a framework's own launcher sets only LOCAL_RANK (Lightning's DDP re-runs the
+    script with LOCAL_RANK, NODE_RANK and WORLD_SIZE), the rank it stands for."""
+    try:
+        if "RANK" in env:
+            return int(env["RANK"])
+        if "LOCAL_RANK" not in env or int(env.get("WORLD_SIZE", "1") or 1) <= 1:
+            return None
+        local, node = int(env["LOCAL_RANK"]), int(env.get("NODE_RANK") or env.get("GROUP_RANK") or 0)
+        if node == 0:
+            return local
+        per_node = int(env.get("LOCAL_WORLD_SIZE") or 0)
+        return node * per_node + local if per_node else None
+    except ValueError:
+        return None
 
 
 class Collectives(Capability):
@@ -57,11 +77,12 @@ class Collectives(Capability):
         distributed = getattr(torch, "distributed", None)
         if self.active:
             self.activate(torch)
-        elif distributed is not None and distributed.is_available():
+        if distributed is not None and distributed.is_available():
             self.wrap_init(distributed)
 
     def wrap_init(self, distributed: ModuleType) -> None:
-        """A job that starts its own ranks: it is one once its process group has more than one."""
+        """A job that starts its own ranks: it is one once its process group has more than one. The
+        process group says the rank exactly, also where the environment left it to be inferred."""
         original = distributed.init_process_group
         capability = self
 
@@ -69,10 +90,12 @@ class Collectives(Capability):
             result = original(*args, **kwargs)
             try:
                 world = distributed.get_world_size()
-                if world > 1 and not capability.active and capability.torch is not None:
-                    capability.identity.append({"RANK": str(distributed.get_rank()), "WORLD_SIZE": str(world)})
-                    capability.active = True
-                    capability.activate(capability.torch)
+                if world > 1 and capability.torch is not None:
+                    capability.identity.append({**rank_identity(), "RANK": str(distributed.get_rank()),
+                                                "WORLD_SIZE": str(world)})
+                    if not capability.active:
+                        capability.active = True
+                        capability.activate(capability.torch)
             except Exception:
                 pass
             return result
