@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import types
 from typing import Any
 
@@ -573,3 +574,14 @@ def test_an_evaluation_is_waited_out_before_forward_passes_are_called_serving() 
     assert asked[-1] == {"seconds": 15.0, "rate": 10}
     assert m.ok and m.values["trains"] is True
     assert forgotten == ["stacks.sample"]  # the evaluation's window is not judged as the steps
+
+
+def test_a_request_answered_before_its_thread_is_kept_is_still_its_reply() -> None:
+    """loop.steps asks for input stacks on a thread; a reply faster than the caller once landed
+    where the thread was expected ('AgentReply' object has no attribute 'join')."""
+    from fieldguide.probes.loop import Background
+
+    fast = Background("t", lambda: "reply")
+    assert fast.result(timeout=5) == "reply"
+    never = Background("t", lambda: time.sleep(0.5) or "late")
+    assert never.result(timeout=0.01) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,6 +173,24 @@ def _series(rows: list[list[Any]], last: int) -> dict[str, list[float]]:
             "data_wait_ms": [round(w * 1000, 2) for w in wait]}
 
 
+class Background:
+    """A request answered on a thread while the window runs, and its reply once it came. (A list
+    that got the thread after the thread started once got a fast reply first: read as the thread.)"""
+
+    def __init__(self, name: str, ask: Callable[[], Any]) -> None:
+        self._reply: Any = None
+        self._thread = threading.Thread(target=self._run, args=(ask,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, ask: Callable[[], Any]) -> None:
+        self._reply = ask()
+
+    def result(self, timeout: float) -> Any:
+        """The reply, or None if none came within `timeout` seconds."""
+        self._thread.join(timeout=timeout)
+        return self._reply
+
+
 @register
 class LoopSteps(AgentProbe):
     id = "loop.steps"
@@ -244,42 +263,29 @@ class LoopSteps(AgentProbe):
         return self.measurement(values=values, missing=missing, provenance=provenance, seconds=elapsed,
                                 evidence=evidence)
 
-    def _sample_input_phase(self, ctx: ProbeContext, conn: Any, seconds: float) -> list[Any]:
-        """Ask the agent for input-phase stacks over the window, on a thread; the list gets the reply."""
-        box: list[Any] = []
+    def _sample_input_phase(self, ctx: ProbeContext, conn: Any, seconds: float) -> Background | None:
+        """Ask the agent for input-phase stacks over the window, on a thread."""
         if "input_stacks" not in (conn.capabilities.get(self.capability) or {}).get("requests", []):
-            return box
-        thread = threading.Thread(target=lambda: box.append(self.ask(
-            ctx, {"seconds": seconds, "rate": INPUT_SAMPLE_HZ}, timeout=seconds + 5, name="input_stacks")),
-            name="fieldguide-input-stacks", daemon=True)
-        thread.start()
-        box.append(thread)
-        return box
+            return None
+        return Background("fieldguide-input-stacks", lambda: self.ask(
+            ctx, {"seconds": seconds, "rate": INPUT_SAMPLE_HZ}, timeout=seconds + 5, name="input_stacks"))
 
-    def _device_time(self, ctx: ProbeContext, conn: Any, seconds: float) -> list[Any]:
-        """On a GPU, CUDA events over the same window, asked on a thread; the list gets the reply.
-        The host's step intervals run ahead of a device that queues work: the device's are the truth."""
-        box: list[Any] = []
+    def _device_time(self, ctx: ProbeContext, conn: Any, seconds: float) -> Background | None:
+        """On a GPU, CUDA events over the same window, asked on a thread. The host's step
+        intervals run ahead of a device that queues work: the device's are the truth."""
         agent = ctx.target.agent
         if "cuda" not in conn.capabilities or agent is None:
-            return box
+            return None
         typical = median([r[WALL] for r in list(conn.steps)[-10:]]) or 0.05
         steps = max(5, min(50, int(seconds / max(typical, 1e-3))))
-        thread = threading.Thread(target=lambda: box.append(agent.request(
-            "cuda", {"steps": steps, "timeout_s": seconds + 5}, timeout=seconds + 10, name="device_time")),
-            name="fieldguide-device-time", daemon=True)
-        thread.start()
-        box.append(thread)
-        return box
+        return Background("fieldguide-device-time", lambda: agent.request(
+            "cuda", {"steps": steps, "timeout_s": seconds + 5}, timeout=seconds + 10, name="device_time"))
 
     @staticmethod
-    def _add_device_time(device: list[Any], values: dict[str, Any], missing: dict[str, str]) -> None:
+    def _add_device_time(device: Background | None, values: dict[str, Any], missing: dict[str, str]) -> None:
         from fieldguide.probes.cuda import step_times
 
-        reply = None
-        if device:
-            device[0].join(timeout=15)
-            reply = device[1] if len(device) > 1 else None
+        reply = device.result(timeout=15) if device is not None else None
         if reply is not None and reply.ok:
             times = step_times(reply.result.get("device_ms") or [], reply.result.get("host_ms") or [])
             values["device_step_ms_median"] = times["device_step_ms_median"]
@@ -288,11 +294,8 @@ class LoopSteps(AgentProbe):
         why = reply.error if reply is not None else "no CUDA capability in this agent"
         missing["device_step_ms_median"] = missing["device_step_ms_p90"] = why
 
-    def _input_stacks(self, ctx: ProbeContext, sampled: list[Any]) -> InputStacks | None:
-        if not sampled:
-            return None
-        sampled[0].join(timeout=5)
-        reply = sampled[1] if len(sampled) > 1 else None
+    def _input_stacks(self, ctx: ProbeContext, sampled: Background | None) -> InputStacks | None:
+        reply = sampled.result(timeout=5) if sampled is not None else None
         if reply is None or not reply.ok:
             return None
         from fieldguide.probes.stacks import SourceReader
