@@ -14,6 +14,7 @@ import socket
 from pathlib import Path
 
 from fieldguide.calibrate.results import Calibration
+from fieldguide.safewrite import write_text
 
 PREFIX = "calibration-"
 
@@ -58,11 +59,7 @@ def read(path: Path) -> Calibration:
 
 def write(calibration: Calibration) -> Path:
     path = path_for(calibration.host, calibration.torch, calibration.device)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(calibration.to_json(), indent=2) + "\n")
-    tmp.replace(path)  # a reader never sees half a file
-    return path
+    return write_text(path, json.dumps(calibration.to_json(), indent=2) + "\n")  # never half a file
 
 
 def cached_for_host(host_name: str | None = None) -> list[Calibration]:

@@ -20,6 +20,7 @@ from fieldguide import __version__
 from fieldguide.errors import FieldguideError
 from fieldguide.ranks import pace
 from fieldguide.report.findings import Findings, utc_now
+from fieldguide.safewrite import write_text
 
 STRAGGLER = "dist.straggler"
 # The node whose expectation judges the ranks of the whole job, as it judges one node's.
@@ -52,10 +53,7 @@ def merge_command(paths: list[Path], fmt: str, output: Path | None) -> int:
         print(text, end="")
         return 0
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = output.with_name(output.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(output)  # never leave a half-written view behind
+        write_text(output, text)  # never half a view, never through a planted link
     except OSError as err:
         raise FieldguideError(f"cannot write {output}: {err.strerror}") from None
     return 0

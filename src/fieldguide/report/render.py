@@ -17,6 +17,7 @@ from fieldguide.report.fixsteps import inline_html, page_html, page_markdown
 from fieldguide.report.summary import EXPERIMENT_COLUMNS
 from fieldguide.report.timeline import cold_start_of, timed_phases, timeline_title
 from fieldguide.report.vocabulary import ACTION_TEXT, status_mark, verdict_text
+from fieldguide.safewrite import write_text
 
 FORMATS = ("json", "md", "html")
 
@@ -44,11 +45,7 @@ def render(findings: Findings, fmt: str) -> str:
 def write_report(findings: Findings, path: Path, fmt: str | None = None) -> Path:
     path = Path(path)
     text = render(findings, format_for(path, fmt))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)  # never leave a half-written report behind
-    return path
+    return write_text(path, text)  # never half a report, never through a planted link
 
 
 def redacted(findings: Findings) -> Findings:
