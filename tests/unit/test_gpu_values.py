@@ -120,21 +120,17 @@ def test_a_sync_is_placed_at_the_jobs_own_line() -> None:
 
 
 def test_the_loops_step_time_on_a_gpu_is_the_devices() -> None:
-    import threading
-
     from fieldguide.agent.channel import AgentReply
-    from fieldguide.probes.loop import LoopSteps
+    from fieldguide.probes.loop import Background, LoopSteps
 
-    done = threading.Thread(target=lambda: None)
-    done.start()
     values: dict = {}
     missing: dict = {}
     reply = AgentReply(True, {"device_ms": [30.0, 20.0, *[16.1] * 8], "host_ms": [5.0, 5.0, *[9.5] * 8]})
-    LoopSteps._add_device_time([done, reply], values, missing)
+    LoopSteps._add_device_time(Background("t", lambda: reply), values, missing)
     assert values == {"device_step_ms_median": 16.1, "device_step_ms_p90": 16.1} and not missing
     values, missing = {}, {}
-    LoopSteps._add_device_time([done, AgentReply(False, error="the job has not initialised CUDA (...)")],
-                               values, missing)
+    failed = AgentReply(False, error="the job has not initialised CUDA (...)")
+    LoopSteps._add_device_time(Background("t", lambda: failed), values, missing)
     assert not values and "not initialised CUDA" in missing["device_step_ms_median"]
 
 
