@@ -328,6 +328,16 @@ def test_a_source_files_line_is_no_secret_even_when_the_file_is_named_for_one():
     assert redact_text("HF_TOKEN: 1234") == f"HF_TOKEN: {REDACTED}"
 
 
+def test_long_runs_of_name_characters_are_read_once():
+    # A 1,400-character hex token once took 18 s (the name pattern was tried from inside the run).
+    token = "deadbeef" * 2000
+    assert redact_text(f"step 3 {token} done") == f"step 3 {REDACTED} done"
+    words = "a_" * 20000
+    assert redact_text(words + " ok") == words + " ok"
+    assert redact_text("foo=bar,token=hunter2 --token abc --lr 0.1") == \
+        f"foo=bar,token={REDACTED} --token {REDACTED} --lr 0.1"
+
+
 def test_ordinary_args_are_untouched():
     argv = ["python", "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--lr", "0.1",
             "--batch-size", "64", "--epochs=3", "--data", "/data/imagenet", "--url", "https://example.com/x"]
