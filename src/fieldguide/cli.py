@@ -93,6 +93,11 @@ class _Interrupts:
             raise KeyboardInterrupt
         sys.stderr.write("fieldguide: ending the launched job and writing the report; a moment\n")
 
+    def walk_over(self) -> None:
+        """The walk has ended: from now on a signal waits for the job's end and the report
+        (one that raised while the job was being ended lost the summary and the report)."""
+        self.count = max(self.count, 1)
+
 
 _interrupt = _Interrupts()
 

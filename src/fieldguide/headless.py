@@ -72,6 +72,8 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
         err.print(f"[bold]fieldguide[/] {playbook.id} on {target.kind} {where}")
         findings, interrupted = walk_off_main_thread(session, err, try_fix=try_fix)
     finally:
+        if on_interrupt is not None and hasattr(on_interrupt, "walk_over"):
+            on_interrupt.walk_over()
         if target is not None:
             target.close()
     Console(highlight=False).print(summary_renderable(findings))
