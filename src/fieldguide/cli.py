@@ -260,10 +260,12 @@ def _render_saved(args: argparse.Namespace) -> int:
     except (KeyError, TypeError, ValueError) as err:
         raise FieldguideError(f"{args.path} is not a complete fieldguide report ({type(err).__name__}: {err})") from None
     if args.output:
+        from fieldguide.safewrite import write_text
+
         try:
-            args.output.write_text(text)
+            write_text(args.output, text)
         except OSError as err:
-            raise FieldguideError(f"cannot write {args.output}: {err.strerror}") from None
+            raise FieldguideError(f"cannot write {args.output}: {err.strerror or err}") from None
     else:
         sys.stdout.write(text)
     return 0

@@ -30,9 +30,12 @@ UNWIND_S = 10.0
 
 def check_writable(path: Path) -> None:
     """A report path that cannot be written fails now, not after a minute of measuring."""
+    from fieldguide.safewrite import refusal
+
     parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise FieldguideError(f"--report {path} is a directory")
+    why = refusal(path)
+    if why is not None:
+        raise FieldguideError(f"--report {why}")
     if not parent.is_dir():
         raise FieldguideError(f"--report {path}: no such directory {parent}")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
@@ -81,7 +84,7 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
         try:
             path = write_report(findings, report, fmt)
         except OSError as failure:
-            raise FieldguideError(f"cannot write the report to {report}: {failure.strerror}") from None
+            raise FieldguideError(f"cannot write the report to {report}: {failure.strerror or failure}") from None
         err.print(f"report written to {path}")
     if interrupted:
         return EXIT_INTERRUPTED

@@ -1,10 +1,10 @@
 """Writing a file the user named, safely when fieldguide runs as root in a shared directory.
 
-A regular file (or a new one) is written to a temporary file with an unpredictable name in the
-same directory, created exclusively (O_EXCL: a symlink planted there is never followed), then
-renamed over the target: a reader never sees half a file. Anything else that exists under the name
-(a character device such as /dev/stdout or /dev/full, a FIFO) is written in place, never replaced
-by a rename.
+The file is written to a temporary file with an unpredictable name in the same directory, created
+exclusively (O_EXCL: a link planted there is never followed), then renamed over the target: a
+reader never sees half a file. A target that is a symbolic link, a device or anything else but a
+regular file is refused (`refusal` says why, in one line): as root, `--report /dev/full` once
+renamed a file over the device node.
 """
 
 from __future__ import annotations
@@ -15,19 +15,39 @@ import tempfile
 from pathlib import Path
 
 
-def write_text(path: Path, text: str) -> Path:
-    """Write `text` to `path` (UTF-8); OSError as the operating system reports it."""
-    path = Path(path)
+class UnsafePath(OSError):
+    """A path fieldguide will not write a file to; `str()` is the reason, one line."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def refusal(path: Path) -> str | None:
+    """Why `path` will not be written to, or None: a symbolic link, a directory, a device or a pipe."""
     try:
-        mode = os.stat(path).st_mode
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        return f"{path} is a symbolic link; give the file itself"
+    if stat.S_ISDIR(mode):
+        return f"{path} is a directory"
+    if not stat.S_ISREG(mode):
+        return f"{path} is not a regular file (a device or a pipe); give a file path"
+    return None
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write `text` to `path` (UTF-8); UnsafePath for a path `refusal` refuses, else OSError as
+    the operating system reports it."""
+    path = Path(path)
+    why = refusal(path)
+    if why is not None:
+        raise UnsafePath(why)
+    try:
+        mode: int | None = os.stat(path).st_mode
     except FileNotFoundError:
         mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(21, "Is a directory", str(path))
-        with open(path, "w", encoding="utf-8") as out:  # a device or a pipe: written, not replaced
-            out.write(text)
-        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

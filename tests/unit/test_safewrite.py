@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fieldguide.safewrite import write_text
+from fieldguide.safewrite import UnsafePath, refusal, write_text
 
 
 def test_a_link_planted_where_a_temporary_file_used_to_go_is_not_followed(tmp_path: Path) -> None:
@@ -20,22 +20,20 @@ def test_a_link_planted_where_a_temporary_file_used_to_go_is_not_followed(tmp_pa
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()] == []
 
 
-def test_a_link_as_the_report_itself_is_replaced_not_written_through(tmp_path: Path) -> None:
+def test_a_link_a_device_or_a_directory_as_the_report_is_refused_in_one_line(tmp_path: Path) -> None:
     victim = tmp_path / "root-only"
     victim.write_text("secret\n")
     (tmp_path / "diag.json").symlink_to(victim)
-    write_text(tmp_path / "diag.json", "{}\n")
-    assert victim.read_text() == "secret\n" and not (tmp_path / "diag.json").is_symlink()
-
-
-def test_a_device_is_written_to_never_renamed_over(tmp_path: Path) -> None:
-    write_text(Path("/dev/null"), "report\n")
-    assert Path("/dev/null").is_char_device()
-    with pytest.raises(OSError):
-        write_text(Path("/dev/full"), "report\n")  # ENOSPC, as the device says
-    assert Path("/dev/full").is_char_device()
-    with pytest.raises(IsADirectoryError):
+    with pytest.raises(UnsafePath, match="is a symbolic link"):
+        write_text(tmp_path / "diag.json", "{}\n")
+    assert victim.read_text() == "secret\n" and (tmp_path / "diag.json").is_symlink()
+    for device in ("/dev/null", "/dev/full"):
+        with pytest.raises(UnsafePath, match="not a regular file"):
+            write_text(Path(device), "report\n")
+        assert Path(device).is_char_device()
+    with pytest.raises(UnsafePath, match="is a directory"):
         write_text(tmp_path, "x")
+    assert refusal(tmp_path / "new.json") is None and refusal(victim) is None
 
 
 def test_a_replaced_report_keeps_its_permissions(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def merge_command(paths: list[Path], fmt: str, output: Path | None) -> int:
     try:
         write_text(output, text)  # never half a view, never through a planted link
     except OSError as err:
-        raise FieldguideError(f"cannot write {output}: {err.strerror}") from None
+        raise FieldguideError(f"cannot write {output}: {err.strerror or err}") from None
     return 0
 
 
