@@ -174,7 +174,7 @@ def is_io_read(stack: list[Frame], leaf_source: str = "") -> bool:
     writes (torch.save, json.dump, f.write, fsync): inside the loop's call for its next batch,
     that is producing the batch, not the loop's own I/O."""
     for func, file in reversed(stack):
-        if any(f in file for f in _IO_FILES):
+        if is_io_file(file):
             return bool(_READ_FUNCS.search(func))
     return bool(leaf_source and _READ_CALLS.search(leaf_source))
 

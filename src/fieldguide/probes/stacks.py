@@ -201,20 +201,29 @@ def statement_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _innermost_caller(stack: list[Frame], skip_io: bool, leaf_line: int | None = None) -> tuple[str, bool] | None:
+    """The innermost frame outside torch and the standard library (and the I/O packages, with
+    `skip_io`), named as a person reads it, and whether it is an installed package's:
+    ("Trainer._save_checkpoint (transformers)", True) or ("save (train.py:88)", False), the line
+    only when that frame is the blocked one."""
+    for depth, (func, file) in enumerate(reversed(stack)):
+        if in_torch(file) or is_stdlib(file) or (skip_io and is_io_file(file)):
+            continue
+        package = _PACKAGE.search(file)
+        if package:
+            return f"{func} ({package.group(1)})", True
+        line = f":{leaf_line}" if depth == 0 and leaf_line else ""
+        return f"{func} ({os.path.basename(file)}{line})", False
+    return None
+
+
 def io_caller(stack: list[Frame], leaf_line: int | None = None) -> str | None:
     """The code that made the I/O call: the innermost frame outside torch, the standard library
     and the I/O packages (safetensors, requests...). The job's own function ("save_checkpoint
     (train.py)", with the line when it is the blocked frame) or a framework's
     ("Trainer._save_optimizer_and_scheduler (transformers)")."""
-    for depth, (func, file) in enumerate(reversed(stack)):
-        if in_torch(file) or is_stdlib(file) or is_io_file(file):
-            continue
-        package = _PACKAGE.search(file)
-        if package:
-            return f"{func} ({package.group(1)})"
-        line = f":{leaf_line}" if depth == 0 and leaf_line else ""
-        return f"{func} ({os.path.basename(file)}{line})"
-    return None
+    found = _innermost_caller(stack, skip_io=True, leaf_line=leaf_line)
+    return found[0] if found else None
 
 
 def io_site(samples: list[ThreadSample], loop: Frame | None = None) -> str | None:
@@ -236,12 +245,8 @@ def framework_frame(stack: list[Frame]) -> str | None:
     """The innermost frame of an installed package other than torch (a trainer's loop, a logger,
     a progress bar), torch's and the standard library's skipped: "format_meter (tqdm)". None when
     the innermost such frame is the job's own code (its own Python, not a framework's)."""
-    for func, file in reversed(stack):
-        if in_torch(file) or is_stdlib(file):
-            continue
-        package = _PACKAGE.search(file)
-        return f"{func} ({package.group(1)})" if package else None
-    return None
+    found = _innermost_caller(stack, skip_io=False)
+    return found[0] if found and found[1] else None
 
 
 def bookkeeping(all_samples: list[ThreadSample], loop: Frame | None) -> tuple[int, str | None]:
