@@ -17,6 +17,7 @@ from fieldguide.playbook.expect import CalibrationLookup, NotEvaluable
 from fieldguide.playbook.schema import Cause, Edge, MeasureOption, Node, Playbook, render_template
 from fieldguide.probes import registry
 from fieldguide.probes.base import NEED_REASONS
+from fieldguide.probes.contention import oversubscribed
 
 PASS, DEPART, SKIP, ERROR = "pass", "depart", "skip", "error"
 DEPARTURE, CLEAN, INCONCLUSIVE = "departure", "clean", "inconclusive"
@@ -32,10 +33,14 @@ class NodeResult:
     seconds: float = 0.0
     note: str = ""
     measurement: Measurement | None = None
+    # Skipped because the reading stayed within its uncertainty of the threshold: not judged,
+    # and a walk past it cannot be called clean.
+    undecided: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"node": self.node, "status": self.status, "measured": self.measured, "expected": self.expected,
-                "probe": self.probe, "seconds": round(self.seconds, 3), "note": self.note}
+                "probe": self.probe, "seconds": round(self.seconds, 3), "note": self.note,
+                **({"undecided": True} if self.undecided else {})}
 
 
 @dataclass
@@ -113,6 +118,23 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
             continue
         if measurement.reused:
             reasons.append(f"reused the {option.probe} measurement taken for an earlier node")
+        close = expect.straddles(measurement.values, measurement.margins)
+        if close:
+            again = _measure_longer(option, probe_cls.params, measure)
+            if again is not None:
+                seconds += again.seconds
+                held_again = _holds(expect, again)
+                if held_again is not None:
+                    measurement, held = again, held_again
+                    measured = {n: again.values.get(n) for n in names}
+                    reasons.append(f"measured again over {again.seconds:.0f} s: the first window's "
+                                   f"{_plus_minus(close[0], measured, measurement.margins)} was within its "
+                                   "uncertainty of the threshold")
+                    close = expect.straddles(again.values, again.margins)
+            if close:
+                return NodeResult(node=node.id, status=SKIP, measured=measured, expected=expect.describe(),
+                                  probe=option.probe, seconds=seconds, measurement=measurement, undecided=True,
+                                  note="; ".join([*reasons, _too_close(close, measured, measurement)]))
         # Why earlier options did not decide, if any; where calibrated thresholds came from.
         checked = cross_check(node, index, measured, peek)
         note = "; ".join([*reasons, *thresholds, *([checked] if checked else [])])
@@ -121,6 +143,44 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
                           note=note, measurement=measurement)
     return NodeResult(node=node.id, status=SKIP if skipped_only else ERROR, seconds=seconds,
                       expected=" | ".join(e.describe() for e, _ in expectations.values()), note="; ".join(reasons))
+
+
+def _holds(expect: Any, measurement: Measurement) -> bool | None:
+    """The expectation's outcome on this measurement, or None where it cannot be evaluated."""
+    if not measurement.ok:
+        return None
+    try:
+        return bool(expect.holds(measurement.values))
+    except (NotEvaluable, TypeError):
+        return None
+
+
+def _measure_longer(option: MeasureOption, defaults: dict[str, Any],
+                    measure: Callable[[MeasureOption], Measurement]) -> Measurement | None:
+    """The option measured again over twice its window, where its probe has a window."""
+    seconds = {**defaults, **option.params}.get("seconds")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return None
+    return measure(MeasureOption(probe=option.probe, params={**option.params, "seconds": seconds * 2},
+                                 expect=option.expect))
+
+
+def _plus_minus(name: str, measured: dict[str, Any], margins: dict[str, float]) -> str:
+    value, margin = measured.get(name), margins.get(name, 0.0)
+    return f"{name} {value:.3g} ± {margin:.2g}" if isinstance(value, (int, float)) else name
+
+
+def _too_close(names: list[str], measured: dict[str, Any], measurement: Measurement) -> str:
+    """Why a node was not judged, with the numbers: the reading, its uncertainty, the machine."""
+    readings = ", ".join(_plus_minus(n, measured, measurement.margins) for n in names)
+    busy = measurement.contention
+    if oversubscribed(busy):
+        wait, load = busy.get("cpu_wait_fraction"), busy.get("load_per_core")
+        machine = " on a machine this busy (a thread of the job waited " + (
+            f"{wait:.0%} of the window for a core" if wait is not None else "for cores") + (
+            f", load {load:.2g} per core)" if load is not None else ")")
+        return f"too close to call{machine}: {readings}"
+    return f"too close to call: {readings}, within its uncertainty of the threshold after a longer window"
 
 
 class Walk:
@@ -155,7 +215,7 @@ class Walk:
         # Clean only if every check on the way was measured (or honestly not applicable):
         # a leaf reached past a node that could not measure rules nothing out.
         if self.conclusion is not None and any(r.status == PASS for r in self.path) \
-                and not any(r.status == ERROR for r in self.path):
+                and not any(r.status == ERROR or r.undecided for r in self.path):
             return CLEAN
         return INCONCLUSIVE
 
@@ -224,7 +284,8 @@ class Walk:
         if edge.kind == "leaf":
             self.conclusion = edge.target
             errors = [r for r in self.path if r.status == ERROR]
-            skipped = [r.node for r in self.path if r.status == SKIP]
+            undecided = [r for r in self.path if r.undecided]
+            skipped = [r.node for r in self.path if r.status == SKIP and not r.undecided]
             if skipped and not errors:
                 self.caveat = (f"not measured on this target: {', '.join(skipped)} "
                                             "(see each node's note); the clean verdict covers the rest")
@@ -233,6 +294,8 @@ class Walk:
                                f"({self._departed_at.expected}), but the nodes after it named no cause")
             elif errors:
                 self.caveat = "could not measure " + "; ".join(f"{r.node} ({r.note})" for r in errors)
+            elif undecided:
+                self.caveat = "not judged, " + "; ".join(f"{r.node}: {r.note.rsplit('; ', 1)[-1]}" for r in undecided)
             elif self.verdict == INCONCLUSIVE:
                 self.caveat = "no node could be measured on this target"
             return

@@ -30,6 +30,11 @@ class Measurement:
     # Values the probe declares but could not give, with why ("too few samples to tell").
     missing: dict[str, str] = field(default_factory=dict)
     reused: bool = False  # served from the walk's cache: another node already measured it
+    # How contended the CPUs were during the window (probes/contention.py), set by the runner.
+    contention: dict[str, Any] = field(default_factory=dict)
+    # A value's uncertainty (name -> ± in the value's unit), where the probe can state it: the
+    # engine re-measures or declines to judge a reading that close to its threshold.
+    margins: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -50,6 +55,7 @@ class Measurement:
             "seconds": round(self.seconds, 3),
             "unavailable": self.unavailable,
             **({"missing": self.missing} if self.missing else {}),
+            **({"margins": self.margins} if self.margins else {}),
         }
 
 

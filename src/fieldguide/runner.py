@@ -12,6 +12,8 @@ from fieldguide.measurement import Measurement
 from fieldguide.playbook.schema import MeasureOption
 from fieldguide.probes import registry
 from fieldguide.probes.base import Probe, ProbeContext
+from fieldguide.probes.contention import VALUES as CONTENTION_UNITS
+from fieldguide.probes.contention import ContentionWindow, margin_factor
 
 
 class _Flight:
@@ -92,11 +94,37 @@ class ProbeRunner:
         thread may hold the runner's lock while it waits for this one)."""
         context = ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
                                cancelled=self._prefetch_stop, measure=None)
+        window = self._contention()
         try:
             flight.result = probe_cls().run(context, **merged)
         except Exception as err:
             flight.result = Measurement.cannot(key[0], f"probe failed: {type(err).__name__}: {err}")
+        self._record_contention(flight.result, window)
         flight.done.set()
+
+    def _contention(self) -> ContentionWindow | None:
+        try:
+            return ContentionWindow(self.target.pid)
+        except Exception:  # /proc unreadable here: the window carries no contention reading
+            return None
+
+    @staticmethod
+    def _record_contention(measurement: Measurement, window: ContentionWindow | None) -> None:
+        """The machine's contention during the window, in the measurement's values (a probe's
+        own value of the same name, if any, stands)."""
+        if window is None or not measurement.ok:
+            return
+        try:
+            reading = window.finish()
+        except Exception:
+            return
+        measurement.contention = reading
+        # A share of a step the job spent waiting for a core is less certain than its samples say.
+        factor = margin_factor(reading)
+        measurement.margins = {name: round(m * factor, 4) for name, m in measurement.margins.items()}
+        for name, value in reading.items():
+            measurement.values.setdefault(name, value)
+            measurement.units.setdefault(name, CONTENTION_UNITS[name])
 
     def stop_prefetch(self, wait: float = 10.0) -> None:
         """Cut prefetched windows short (the walk is over) and wait for their threads."""
@@ -162,6 +190,7 @@ class ProbeRunner:
             started = self._time.monotonic()
             self._depth += 1
             self._running.append(key)
+            window = self._contention()
             try:
                 measurement = probe_cls().run(self._context(), **merged)
             except Exception as err:  # a probe bug must not end the walk: it is a reading with its reason
@@ -169,6 +198,7 @@ class ProbeRunner:
             finally:
                 self._depth -= 1
                 self._running.pop()
+            self._record_contention(measurement, window)
             elapsed = self._time.monotonic() - started
             measurement.seconds = measurement.seconds or elapsed
             if not measurement.ok and not self.target.alive():

@@ -139,6 +139,24 @@ class Expectation:
             raise missing
         return False
 
+    def straddles(self, values: dict[str, Any], margins: dict[str, float]) -> list[str]:
+        """The values whose reading, moved by its margin (its uncertainty) either way, would turn
+        this expectation's outcome: a reading too close to its threshold to judge."""
+        held = self.holds(values)
+        close = []
+        for name in self.names():
+            value, margin = values.get(name), margins.get(name)
+            if not margin or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            for moved in (value - margin, value + margin):
+                try:
+                    if self.holds({**values, name: moved}) != held:
+                        close.append(name)
+                        break
+                except NotEvaluable:
+                    continue
+        return close
+
     def names(self) -> list[str]:
         out: list[str] = []
         for part in self.parts:

@@ -16,6 +16,7 @@ from fieldguide.probes.base import ProbeContext, stack_window
 from fieldguide.probes.inputstacks import InputStacks, input_stacks
 from fieldguide.probes.stats import median, quantile
 from fieldguide.probes.stepcycle import user_frame
+from fieldguide.probes.uncertainty import events_margin, ratio_margin, share_margin
 
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
 # The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.
@@ -61,7 +62,7 @@ def input_view(stacks: InputStacks, min_samples: int = 5) -> InputView:
 def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_start: float,
                 window_end: float, steps_before: int, warmup_steps: int = 3,
                 view: InputView | None = None, outside: dict[str, Any] | None = None,
-                ended: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+                ended: bool = False, margins: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """Loop values over the steps that ended inside [window_start, window_end], and why any is missing.
 
     `steps` rows are the agent's [t_end, wall_s, loader_wait_s, boundary, input_s, ...];
@@ -73,6 +74,7 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
     for its next batch, wherever in the step), else the input phase (from each backward or
     optimizer step to the next forward, torch.save time taken out).
     I/O: torch.save's own time, timed, plus what the stack window saw in other I/O.
+    `margins`, if given, receives each share's uncertainty (probes/uncertainty.py).
     """
     rows = [_padded(row) for i, row in enumerate(steps)
             if window_start <= row[T_END] <= window_end and steps_before + i >= warmup_steps]
@@ -159,7 +161,35 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         "save_fraction": round(saved / wall_total, 4) if wall_total else None,
         "io_at": io_at,
     }
+    if margins is not None:
+        margins.update(_margins(values, rows, waits, outside, len(starts)))
     return values, missing
+
+
+def _margins(values: dict[str, Any], rows: list[list[Any]], waits: list[float],
+             outside: dict[str, Any] | None, epoch_starts: int) -> dict[str, float]:
+    """The shares' uncertainties: timed per step, the steps' spread; read from the stack
+    window, its samples; the start-up stall, the number of epoch starts it is made of."""
+    found: dict[str, float] = {}
+    walls = [r[WALL] for r in rows]
+    samples = int((outside or {}).get("samples") or 0)
+    wait = values.get("data_wait_fraction")
+    if wait is not None:
+        from_samples = values.get("input_from") == (outside or {}).get("input_from") and not any(
+            r[LOADER_WAIT] for r in rows)
+        spread = share_margin(wait, samples) if from_samples and samples else ratio_margin(waits, walls)
+        if spread is not None:
+            found["data_wait_fraction"] = spread
+    startup = values.get("startup_wait_fraction")
+    if startup and epoch_starts:
+        found["startup_wait_fraction"] = events_margin(startup, epoch_starts)
+    io = values.get("io_fraction")
+    if io is not None and walls:
+        spread = ratio_margin([r[SAVE] or 0.0 for r in rows], walls) or 0.0
+        if outside is not None and outside.get("io_fraction") is not None and samples:
+            spread += share_margin(float(outside["io_fraction"]), samples)
+        found["io_fraction"] = spread
+    return {name: round(value, 4) for name, value in found.items()}
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -246,7 +276,9 @@ class LoopSteps(AgentProbe):
         outside = stack_window(ctx)
         steps = list(conn.steps)
         steps_before = conn.steps_total - len(steps)
-        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view, outside)
+        margins: dict[str, float] = {}
+        values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view, outside,
+                                      margins=margins)
         elapsed = end - started
         provenance = self._provenance(values, f"{elapsed:.1f} s window", failures)
         if values["steps"] < 2:
@@ -261,7 +293,7 @@ class LoopSteps(AgentProbe):
             evidence["input_phase"] = {"samples": view.samples, "categories": view.categories,
                                        "io_share": view.io_share, "frame": view.frame}
         return self.measurement(values=values, missing=missing, provenance=provenance, seconds=elapsed,
-                                evidence=evidence)
+                                evidence=evidence, margins=margins)
 
     def _sample_input_phase(self, ctx: ProbeContext, conn: Any, seconds: float) -> Background | None:
         """Ask the agent for input-phase stacks over the window, on a thread."""

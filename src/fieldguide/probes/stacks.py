@@ -53,6 +53,7 @@ from fieldguide.probes.stackclass import (
     uses_gpu,
 )
 from fieldguide.probes.stepcycle import input_call, input_samples
+from fieldguide.probes.uncertainty import share_margin
 
 _PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")
 _PROCESS = re.compile(r'process (\d+):"')
@@ -270,6 +271,22 @@ def bookkeeping(all_samples: list[ThreadSample], loop: Frame | None) -> tuple[in
 def _short(stack: list[tuple[str, str]], keep: int = 5) -> str:
     frames = [f"{func} ({os.path.basename(file)})" if file else func for func, file in stack]
     return " ← ".join(reversed(frames[-keep:]))
+
+
+# Shares of the training thread's samples: each sample is in the phase or not.
+MAIN_THREAD_SHARES = (
+    "data_wait_fraction", "io_fraction", "bookkeeping_fraction", "overhead_fraction", "torch_save_fraction",
+    "sleep_fraction", "lock_wait_fraction", "collective_fraction", "device_sync_fraction",
+    "blocked_other_fraction", "anomaly_trace_fraction", "profiler_fraction", "forward_fraction",
+    "backward_fraction", "optimizer_fraction", "compiling_fraction", "compiled_code_fraction",
+)
+
+
+def sample_margins(values: dict[str, Any]) -> dict[str, float]:
+    """Each share's uncertainty from the number of samples it is a share of."""
+    samples = values.get("samples") or 0
+    return {name: round(share_margin(values[name], samples), 4) for name in MAIN_THREAD_SHARES
+            if isinstance(values.get(name), (int, float)) and samples}
 
 
 def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSample],
@@ -492,4 +509,5 @@ class StackSample(Probe):
         values, evidence = stack_values(all_samples, active_samples, alive_at_end=alive_at_end, device=uses_gpu(pid))
         if not values["samples"]:
             return self.cannot("py-spy saw no samples of the main thread", provenance=provenance, seconds=elapsed)
-        return self.measurement(values=values, evidence=evidence, provenance=provenance, seconds=elapsed)
+        return self.measurement(values=values, evidence=evidence, provenance=provenance, seconds=elapsed,
+                                margins=sample_margins(values))

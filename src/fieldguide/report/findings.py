@@ -250,7 +250,8 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
             "verify": d.cause.verify,
         }
     evidence = {r.node: {"probe": r.probe, "provenance": r.measurement.provenance, **r.measurement.evidence,
-                         "values": r.measurement.values}
+                         "values": r.measurement.values,
+                         **({"margins": r.measurement.margins} if r.measurement.margins else {})}
                 for r in walk.path if r.measurement is not None}
     conclusion = walk.conclusion if walk.verdict == "clean" else None
     if walk.caveat and walk.verdict != "departure":

@@ -1,0 +1,148 @@
+"""How contended the CPUs were during a measurement window: the machine's load, steal, and how
+long the job's threads (and fieldguide's own) sat runnable waiting for a core.
+
+Read from /proc at the window's start and end (a few hundred small files at most, no
+sampling thread): `/proc/stat` for the machine's busy and steal time, `/proc/loadavg`, and
+each thread's `/proc/PID/task/TID/schedstat` (time on a CPU, time waiting on a run queue).
+A share of time read on a box where the job waits for a core is a share of a stretched step:
+the engine widens its margins by this reading (see `margin_factor`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+# A job with a thread that waited for a core this share of the window, or a machine that lost
+# this share to its hypervisor, was oversubscribed during the window.
+OVERSUBSCRIBED_WAIT = 0.10
+OVERSUBSCRIBED_STEAL = 0.10
+# A shorter window reads /proc/stat's 10 ms ticks too coarsely to say anything (an env check).
+MIN_WINDOW_S = 0.5
+
+# The names a window adds to a measurement's values, with their units.
+VALUES = {
+    "cpu_wait_fraction": "fraction",       # the job's most-waiting thread: run-queue wait / wall time
+    "self_cpu_wait_fraction": "fraction",  # fieldguide's and its samplers' most-waiting thread
+    "box_busy_fraction": "fraction",
+    "steal_fraction": "fraction",
+    "load_per_core": "",
+    "free_cores": "",
+}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _cpu_times() -> tuple[int, int, int] | None:
+    """(total, idle incl. iowait, steal) jiffies from /proc/stat's first line."""
+    text = _read("/proc/stat")
+    if not text:
+        return None
+    fields = [int(x) for x in text.split("\n", 1)[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal guest guest_nice; guest is inside user.
+    total = sum(fields[:8])
+    return total, fields[3] + (fields[4] if len(fields) > 4 else 0), fields[7] if len(fields) > 7 else 0
+
+
+def _tree(pid: int) -> list[int]:
+    try:
+        root = psutil.Process(pid)
+        return [pid, *(c.pid for c in root.children(recursive=True))]
+    except psutil.Error:
+        return []
+
+
+def _schedstat(pids: list[int]) -> dict[tuple[int, int], tuple[int, int]]:
+    """(pid, tid) -> (ns on a CPU, ns waiting on a run queue) for every thread of `pids`."""
+    found: dict[tuple[int, int], tuple[int, int]] = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            text = _read(f"/proc/{pid}/task/{tid}/schedstat")
+            if text:
+                parts = text.split()
+                if len(parts) >= 2:
+                    found[(pid, int(tid))] = (int(parts[0]), int(parts[1]))
+    return found
+
+
+def _wait_share(before: dict[tuple[int, int], tuple[int, int]],
+                after: dict[tuple[int, int], tuple[int, int]], wall_ns: float) -> float | None:
+    """The largest share of the window's wall time any one thread spent runnable but waiting
+    for a core (threads present at both ends). Per wall time, not per runnable time: a thread
+    that mostly sleeps waits a little after each wake-up even on an idle machine, which is a
+    large share of its few microseconds on a CPU and none of the step."""
+    shares = [max(after[key][1] - wait0, 0) / wall_ns for key, (_, wait0) in before.items() if key in after]
+    return min(max(shares), 1.0) if shares and wall_ns > 0 else None
+
+
+@dataclass
+class _Snapshot:
+    cpu: tuple[int, int, int] | None
+    job: dict[tuple[int, int], tuple[int, int]]
+    own: dict[tuple[int, int], tuple[int, int]]
+
+
+class ContentionWindow:
+    """Start it when a measurement window opens, `finish()` it when it closes."""
+
+    def __init__(self, job_pid: int | None):
+        self._job_pids = _tree(job_pid) if job_pid else []
+        own = os.getpid()
+        self._own_pids = [p for p in _tree(own) if p not in self._job_pids]
+        self._opened = time.monotonic()
+        self._start = self._snapshot()
+
+    def _snapshot(self) -> _Snapshot:
+        return _Snapshot(cpu=_cpu_times(), job=_schedstat(self._job_pids), own=_schedstat(self._own_pids))
+
+    def finish(self) -> dict[str, Any]:
+        """The window's readings (a name is absent where /proc could not tell; none at all for a
+        window too short to read)."""
+        if time.monotonic() - self._opened < MIN_WINDOW_S:
+            return {}
+        end = self._snapshot()
+        found: dict[str, Any] = {}
+        if self._start.cpu and end.cpu and end.cpu[0] > self._start.cpu[0]:
+            total = end.cpu[0] - self._start.cpu[0]
+            found["box_busy_fraction"] = round(1 - (end.cpu[1] - self._start.cpu[1]) / total, 3)
+            found["steal_fraction"] = round((end.cpu[2] - self._start.cpu[2]) / total, 3)
+        cores = psutil.cpu_count() or 1
+        loadavg = _read("/proc/loadavg")
+        if loadavg:
+            found["load_per_core"] = round(float(loadavg.split()[0]) / cores, 2)
+        if "box_busy_fraction" in found:
+            found["free_cores"] = round(cores * (1 - found["box_busy_fraction"]), 1)
+        wall_ns = (time.monotonic() - self._opened) * 1e9
+        for name, before, after in (("cpu_wait_fraction", self._start.job, end.job),
+                                    ("self_cpu_wait_fraction", self._start.own, end.own)):
+            share = _wait_share(before, after, wall_ns)
+            if share is not None:
+                found[name] = round(share, 3)
+        return found
+
+
+def oversubscribed(reading: dict[str, Any]) -> bool:
+    """Whether the window's job waited for cores (or the machine lost time to steal)."""
+    return (reading.get("cpu_wait_fraction") or 0) >= OVERSUBSCRIBED_WAIT \
+        or (reading.get("steal_fraction") or 0) >= OVERSUBSCRIBED_STEAL
+
+
+def margin_factor(reading: dict[str, Any]) -> float:
+    """How much wider a share-of-time reading's uncertainty is on this window's machine: 1 when
+    the job had its cores, up to 3 as its threads waited for them."""
+    wait = max(reading.get("cpu_wait_fraction") or 0.0, reading.get("steal_fraction") or 0.0)
+    return 1.0 + min(2.0, 4.0 * wait)
