@@ -47,6 +47,7 @@ class ProbeRunner:
         self.refused_for_budget: list[str] = []  # probes not run because the budget was spent
         self._prefetch_threads: list[threading.Thread] = []
         self._on_reading = on_reading or (lambda r: None)
+        self.windows: list[dict[str, Any]] = []  # each window's contention (probes/contention.py)
 
     def _context(self) -> ProbeContext:
         return ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
@@ -108,8 +109,7 @@ class ProbeRunner:
         except Exception:  # /proc unreadable here: the window carries no contention reading
             return None
 
-    @staticmethod
-    def _record_contention(measurement: Measurement, window: ContentionWindow | None) -> None:
+    def _record_contention(self, measurement: Measurement, window: ContentionWindow | None) -> None:
         """The machine's contention during the window, in the measurement's values (a probe's
         own value of the same name, if any, stands)."""
         if window is None or not measurement.ok:
@@ -119,6 +119,7 @@ class ProbeRunner:
         except Exception:
             return
         measurement.contention = reading
+        self.windows.append(reading)
         # A share of a step the job spent waiting for a core is less certain than its samples say.
         factor = margin_factor(reading)
         measurement.margins = {name: round(m * factor, 4) for name, m in measurement.margins.items()}

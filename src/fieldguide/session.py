@@ -17,6 +17,7 @@ from typing import Any
 from fieldguide.coldstart import compile_spans, covered_seconds
 from fieldguide.engine import NodeResult, Walk
 from fieldguide.playbook import Playbook
+from fieldguide.probes.contention import describe, own_cpu_seconds, summarize
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
 from fieldguide.runner import ProbeRunner
 from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
@@ -72,6 +73,7 @@ class Session:
         if not self.budget:
             self.budget = self.playbook.budget or DEFAULT_BUDGET
         self.runner = ProbeRunner(self.target, self.budget, on_reading=self.on_reading)
+        self._cpu_at_start = own_cpu_seconds()
         self.walk = Walk(self.playbook, self.target.capabilities, self.runner)
 
     def wait_ready(self) -> None:
@@ -146,6 +148,11 @@ class Session:
         findings.ranks = next((list(r.measurement.evidence["ranks"]) for r in self.walk.path
                                if r.measurement is not None and r.measurement.evidence.get("ranks")), [])
         findings.cold_start = self.cold_start()
+        findings.contention = summarize(self.runner.windows)
+        findings.self_cpu_s = round(own_cpu_seconds() - self._cpu_at_start, 2)
+        busy = describe(findings.contention)
+        if busy:
+            findings.note = f"{findings.note}; {busy}" if findings.note else busy
         return findings
 
     def cold_start(self) -> dict[str, Any] | None:

@@ -168,3 +168,29 @@ def test_a_window_where_more_threads_spin_than_there_are_cores_reads_their_wait(
 
 def test_a_window_too_short_to_read_says_nothing():
     assert ContentionWindow(os.getpid()).finish() == {}
+
+
+def test_the_walks_windows_are_summarized_and_an_oversubscribed_machine_is_said():
+    from fieldguide.probes.contention import describe, summarize
+
+    quiet = {"cpu_wait_fraction": 0.02, "load_per_core": 0.3, "steal_fraction": 0.0}
+    busy = {"cpu_wait_fraction": 0.41, "load_per_core": 1.9, "steal_fraction": 0.0}
+    summary = summarize([quiet, {}, busy])
+    assert summary["windows"] == 2 and summary["oversubscribed_windows"] == 1
+    assert summary["cpu_wait_fraction_max"] == 0.41 and summary["load_per_core_max"] == 1.9
+    said = describe(summary)
+    assert said.startswith("the machine was oversubscribed in 1 of 2 measurement windows")
+    assert "41%" in said and "1.9 per core" in said
+    assert describe(summarize([quiet])) == ""
+
+
+def test_the_report_carries_contention_and_fieldguides_own_cpu():
+    from fieldguide.report.findings import Findings
+
+    findings = Findings(playbook="p", playbook_title="P", target={}, environment={}, verdict="clean",
+                        first_departure=None, conclusion="ok", conclusion_text="", path=[],
+                        contention={"windows": 3, "oversubscribed_windows": 0}, self_cpu_s=1.25)
+    data = findings.to_json()
+    assert data["contention"]["windows"] == 3 and data["self_cpu_s"] == 1.25
+    again = Findings.from_json(data)
+    assert again.contention == data["contention"] and again.self_cpu_s == 1.25

@@ -146,3 +146,37 @@ def margin_factor(reading: dict[str, Any]) -> float:
     the job had its cores, up to 3 as its threads waited for them."""
     wait = max(reading.get("cpu_wait_fraction") or 0.0, reading.get("steal_fraction") or 0.0)
     return 1.0 + min(2.0, 4.0 * wait)
+
+
+def summarize(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The walk's windows together: how many, how many oversubscribed, the worst of each reading."""
+    read = [w for w in windows if w]
+    found: dict[str, Any] = {"windows": len(read), "oversubscribed_windows": sum(oversubscribed(w) for w in read)}
+    for name in ("cpu_wait_fraction", "self_cpu_wait_fraction", "steal_fraction", "load_per_core",
+                 "box_busy_fraction"):
+        seen = [w[name] for w in read if isinstance(w.get(name), (int, float))]
+        if seen:
+            found[f"{name}_max"] = max(seen)
+    return found
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """A sentence for the report's note when the machine was oversubscribed, else ""."""
+    busy, total = summary.get("oversubscribed_windows") or 0, summary.get("windows") or 0
+    if not busy:
+        return ""
+    said = [f"the machine was oversubscribed in {busy} of {total} measurement windows"]
+    wait, steal, load = (summary.get(f"{n}_max") for n in ("cpu_wait_fraction", "steal_fraction", "load_per_core"))
+    if wait:
+        said.append(f"a thread of the job waited up to {wait:.0%} of a window for a core")
+    if steal:
+        said.append(f"steal up to {steal:.0%}")
+    if load:
+        said.append(f"load up to {load:.2g} per core")
+    return ", ".join(said) + ": readings close to a threshold were measured longer or not judged"
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds fieldguide has used: its threads and the samplers it ran and reaped (py-spy)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
