@@ -84,6 +84,10 @@ class Findings:
     experiments: list[dict[str, Any]] = field(default_factory=list)
     cold_start: dict[str, Any] | None = None
     ranks: list[dict[str, Any]] = field(default_factory=list)
+    # The CPU contention over the walk's windows (probes/contention.py `summarize`), and the CPU
+    # seconds fieldguide itself used (its samplers included).
+    contention: dict[str, Any] = field(default_factory=dict)
+    self_cpu_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -113,6 +117,10 @@ class Findings:
             data["cold_start"] = self.cold_start
         if self.ranks:
             data["ranks"] = self.ranks
+        if self.contention:
+            data["contention"] = self.contention
+        if self.self_cpu_s is not None:
+            data["self_cpu_s"] = self.self_cpu_s
         redacted: dict[str, Any] = redact_tree(data)
         return redacted
 
@@ -149,7 +157,9 @@ class Findings:
                    path=data.get("path", []), created=data.get("created", ""), note=data.get("note", ""),
                    log_tail=data.get("log_tail", []), evidence=data.get("evidence", {}),
                    units=data.get("units", {}), reruns=reruns, exit=ended or None, experiments=experiments,
-                   cold_start=cold_start or None, ranks=ranks)
+                   cold_start=cold_start or None, ranks=ranks,
+                   contention=dict(data.get("contention") or {}) if isinstance(data.get("contention"), dict) else {},
+                   self_cpu_s=data.get("self_cpu_s") if isinstance(data.get("self_cpu_s"), (int, float)) else None)
 
     # -- what every view reads -------------------------------------------------------------------
 
