@@ -52,6 +52,7 @@ from fieldguide.probes.stackclass import (
     summarize,
     uses_gpu,
 )
+from fieldguide.probes.contention import lower_priority
 from fieldguide.probes.stepcycle import input_call, input_samples
 from fieldguide.probes.uncertainty import share_margin
 
@@ -443,6 +444,7 @@ def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait:
                 with open(Path(tmp) / f"{kind}.err", "w") as err:
                     procs[kind] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
                                                    env=dict(os.environ, RUST_BACKTRACE="0"))
+                lower_priority(procs[kind].pid)
             while any(p.poll() is None for p in procs.values()):
                 if cancelled_wait(0.2):
                     break  # _stop below sends SIGINT: py-spy writes what it has
