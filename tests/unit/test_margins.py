@@ -93,7 +93,7 @@ def test_a_reading_that_stays_too_close_is_not_judged_and_the_walk_is_not_clean(
 
 def test_a_probe_without_a_window_is_not_measured_again():
     from fieldguide.engine import judge
-    from fieldguide.playbook.schema import MeasureOption, Node, Edge
+    from fieldguide.playbook.schema import Edge, MeasureOption, Node
 
     option = MeasureOption(probe="torch.flags", params={}, expect=parse_expectation({"num_threads": {"below": 5}}))
     node = Node(id="n", question="?", why="", measure=(option,), on_pass=Edge("leaf", "ok"),

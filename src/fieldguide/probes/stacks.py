@@ -27,6 +27,7 @@ from typing import Any
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
+from fieldguide.probes.contention import lower_priority
 from fieldguide.probes.stackclass import (
     ANOMALY,
     BACKWARD,
@@ -52,7 +53,6 @@ from fieldguide.probes.stackclass import (
     summarize,
     uses_gpu,
 )
-from fieldguide.probes.contention import lower_priority
 from fieldguide.probes.stepcycle import input_call, input_samples
 from fieldguide.probes.uncertainty import share_margin
 
