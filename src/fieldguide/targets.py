@@ -27,7 +27,9 @@ from fieldguide.access import py_spy_path as py_spy_path
 from fieldguide.agent import AGENT_PACKAGE_FILE
 from fieldguide.agent.bootstrap import write_bootstrap
 from fieldguide.agent.channel import AgentConnection, AgentServer
+from fieldguide.agent.inside.capabilities.overrides import override_problems
 from fieldguide.errors import BadInput, TargetFailed
+from fieldguide.watchdog import OWNER_ENV, Watchdog, claim, end_marked, new_token, sweep_leftovers
 
 LOG_LINES_KEPT = 400
 # What ends a walk (cli._Interrupts): held back while a job is started or ended, delivered after.
@@ -57,6 +59,12 @@ def ending_signals_held() -> Iterator[None]:
             signal.signal(sig, handler)
         for signum in dict.fromkeys(arrived):
             signal.raise_signal(signum)  # to the handler it was meant for, now that the block is done
+
+
+@functools.lru_cache(maxsize=1)
+def _sweep_once() -> None:
+    """Directories an earlier fieldguide left when it was killed (its watchdog with it) go once a run."""
+    sweep_leftovers()
 
 
 @functools.lru_cache(maxsize=1)
@@ -230,7 +238,15 @@ class LaunchTarget(Target):
         self.cmd = list(cmd)
         if shutil.which(cmd[0]) is None:
             raise TargetFailed(f"command not found: {cmd[0]}")
+        overrides = {**(env if env is not None else os.environ), **(extra_env or {})}.get("FIELDGUIDE_OVERRIDES", "")
+        if problems := override_problems(overrides):
+            raise BadInput(f"FIELDGUIDE_OVERRIDES: {'; '.join(problems)}")
+        _sweep_once()
         self._dir = Path(tempfile.mkdtemp(prefix="fieldguide-"))  # mode 0700: private to this user
+        claim(self._dir)
+        # Every process of the job carries it, one that left the job's session too (watchdog.py).
+        self._token = new_token()
+        self._watchdog: Watchdog | None = None
         self._closed = False
         self._close_lock = threading.Lock()
         self._close_done = threading.Event()
@@ -247,9 +263,12 @@ class LaunchTarget(Target):
             if getattr(self, "popen", None) is not None and self.popen.poll() is None:
                 self._kill_session()
                 self.popen.wait(timeout=5)
+            end_marked(self._token)
             if self.agent is not None:
                 self.agent.close()
             shutil.rmtree(self._dir, ignore_errors=True)
+            if self._watchdog is not None:
+                self._watchdog.release()
             raise
 
     def _start(self, env: dict[str, str]) -> None:
@@ -267,10 +286,16 @@ class LaunchTarget(Target):
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(boot), child_env.get("PYTHONPATH", "")) if p)
         child_env["FIELDGUIDE_AGENT_SOCKET"] = str(self.agent.path)
         child_env["FIELDGUIDE_AGENT_FILE"] = str(AGENT_PACKAGE_FILE)
+        child_env["FIELDGUIDE_AGENT_TOKEN"] = self.agent.token
         child_env["FIELDGUIDE_TRACER_PID"] = str(os.getpid())
+        child_env[OWNER_ENV] = self._token
         if self._arm:
             child_env["FIELDGUIDE_AGENT_ARM"] = ",".join(self._arm)
         child_env.setdefault("PYTHONUNBUFFERED", "1")  # so its output reaches us as it happens
+        try:
+            self._watchdog = Watchdog(self._token, self._dir)
+        except OSError as err:
+            raise TargetFailed(f"cannot start fieldguide's watchdog: {err.strerror or err}") from None
         self.started = time.monotonic()
         # Ctrl-C, SIGTERM and SIGHUP wait until the job's Popen is ours: one that arrived between
         # the fork and the assignment would leave a job nobody ends.
@@ -281,6 +306,7 @@ class LaunchTarget(Target):
                                               stdin=subprocess.DEVNULL, env=child_env, start_new_session=True)
             except OSError as err:
                 raise TargetFailed(f"cannot start {self.cmd[0]}: {err.strerror}") from None
+            self._watchdog.guard(self.popen.pid)
         self._reader = threading.Thread(target=self._read_output, name="fieldguide-target-output", daemon=True)
         self._reader.start()
 
@@ -476,7 +502,10 @@ class LaunchTarget(Target):
                 except subprocess.TimeoutExpired:
                     continue
         self._kill_session()  # workers or grandchildren left in the job's session go with it
+        end_marked(self._token)  # and those that left it (setsid, a daemon's double fork)
         self._reader.join(timeout=2)
         if self.agent is not None:
             self.agent.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+        if self._watchdog is not None:
+            self._watchdog.release()
