@@ -10,9 +10,12 @@ failure ends the wait at once instead of running out the timeout.
 from __future__ import annotations
 
 import collections
+import contextlib
+import hmac
 import itertools
 import json
 import os
+import secrets
 import socket
 import threading
 import time
@@ -48,6 +51,7 @@ class AgentConnection:
     connected_at: float = field(default_factory=time.monotonic)
     closed: bool = False
     closed_at: float | None = None
+    rejected: bool = False  # its hello lacked the launch's token: not the job's agent
 
     @property
     def pid(self) -> int | None:
@@ -112,8 +116,13 @@ class AgentConnection:
 
 
 class AgentServer:
+    """The socket the job's agents connect to. Its directory is private (0700) and the socket 0600;
+    on top of that an agent's hello must carry `token`, which the launch hands only to its job
+    (FIELDGUIDE_AGENT_TOKEN): another client of the same user cannot pose as the job's agent."""
+
     def __init__(self, directory: Path):
         self.path = directory / "agent.sock"
+        self.token = secrets.token_hex(16)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._listener.bind(str(self.path))
@@ -175,7 +184,15 @@ class AgentServer:
         kind = message.get("type")
         with self._changed:
             if kind == "hello":
+                if not hmac.compare_digest(str(message.get("token", "")), self.token):
+                    conn.rejected = True
+                    with contextlib.suppress(OSError):
+                        conn.sock.shutdown(socket.SHUT_RDWR)  # its reader sees the end
+                    return
+                message.pop("token", None)
                 conn.hello = message
+            elif not conn.hello:
+                return  # an agent says hello first: nothing before it is believed
             elif kind == "torch":
                 conn.torch = message
             elif kind == "stream":

@@ -145,7 +145,8 @@ class Agent:
 
     # -- start-up ----------------------------------------------------------------------
     def start(self) -> None:
-        self.send({"type": "hello", "protocol": PROTOCOL, "pid": self.pid, "ppid": os.getppid(),
+        self.send({"type": "hello", "protocol": PROTOCOL, "token": os.environ.get("FIELDGUIDE_AGENT_TOKEN", ""),
+                   "pid": self.pid, "ppid": os.getppid(),
                    "argv": list(sys.argv), "python": sys.version.split()[0], "executable": sys.executable,
                    "rank": rank_identity(),
                    "t": time.monotonic(), "capabilities": {

@@ -5,6 +5,9 @@ and the innermost frame of the job's own code; `atexit` gives every capability
 its `on_exit` and flushes the channel from the exiting thread, so what was
 measured before a crash reaches fieldguide. The exit code and a killing signal
 are read by fieldguide from the process itself. The previous hooks always run.
+
+A job that sets its own `sys.excepthook` after the agent replaces ours; its exception is still
+read at exit from `sys.last_value`, which Python sets before it calls whatever hook there is.
 """
 
 from __future__ import annotations
@@ -42,14 +45,13 @@ class Lifecycle(Capability):
     def start(self) -> None:
         self.events = self.agent.stream(self.name, "events")
         self.ended = False
+        self.reported = False  # the main thread's uncaught exception, through our hook
         previous_hook = sys.excepthook
         previous_thread_hook = threading.excepthook
 
         def excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
             try:
-                self.events.append({"event": "exception", "thread": "main",
-                                    "step_count": self.agent.step_count, **describe_exception(exc_type, exc, tb)})
-                self.tell_exception(exc)
+                self.report_main(exc_type, exc, tb)
                 self.finish()
             except Exception:
                 pass
@@ -69,6 +71,13 @@ class Lifecycle(Capability):
         threading.excepthook = thread_excepthook
         atexit.register(self.finish)
 
+    def report_main(self, exc_type: type[BaseException], exc: BaseException | None,
+                    tb: TracebackType | None) -> None:
+        self.reported = True
+        self.events.append({"event": "exception", "thread": "main",
+                            "step_count": self.agent.step_count, **describe_exception(exc_type, exc, tb)})
+        self.tell_exception(exc)
+
     def tell_exception(self, exc: BaseException | None) -> None:
         if exc is None:
             return
@@ -84,6 +93,9 @@ class Lifecycle(Capability):
         if self.ended or os.getpid() != self.agent.pid:
             return
         self.ended = True
+        last = getattr(sys, "last_value", None)
+        if not self.reported and isinstance(last, BaseException) and not isinstance(last, SystemExit):
+            self.report_main(type(last), last, getattr(sys, "last_traceback", None))  # the job's own hook ran instead
         for capability in self.agent.capabilities.values():
             if capability is not self:
                 try:

@@ -30,6 +30,7 @@ from ..capability import Capability
 
 KNOWN = ("dataloader.num_workers", "dataloader.pin_memory", "dataloader.persistent_workers", "compile.dynamic",
          "dynamo.capture_scalar_outputs", "debug.anomaly", "debug.sync_debug")
+COUNTS = ("dataloader.num_workers",)  # a whole number, 0 or more; every other name takes true or false
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
@@ -45,6 +46,27 @@ def parse_overrides(text: str) -> dict[str, Any]:
             value = int(value)
         found[name] = value
     return found
+
+
+def override_problems(text: str) -> list[str]:
+    """What is wrong with a FIELDGUIDE_OVERRIDES value, one line each (nothing: it can be applied).
+
+    fieldguide checks it before it starts the job, so that a typo is an error of fieldguide's and
+    not a crash on the job's own line; the agent checks again and applies only the good ones."""
+    problems = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, raw = (part.strip() for part in item.partition("="))
+        if not sep or not name:
+            problems.append(f"{item!r} is not name=value")
+        elif name not in KNOWN:
+            problems.append(f"unknown override {name!r}; known: {', '.join(KNOWN)}")
+        elif name in COUNTS and not raw.isdigit():
+            problems.append(f"{name} must be a whole number, 0 or more (got {raw!r})")
+        elif name not in COUNTS and raw.lower() not in ("true", "false"):
+            problems.append(f"{name} must be true or false (got {raw!r})")
+    return problems
 
 
 def _is_agent_or_torch(filename: str) -> bool:
@@ -116,11 +138,13 @@ class Overrides(Capability):
 
     def start(self) -> None:
         self.applied = self.agent.stream(self.name, "applied")
-        self.values = parse_overrides(os.environ.get("FIELDGUIDE_OVERRIDES", ""))
-        unknown = [name for name in self.values if name not in KNOWN]
-        if unknown:
-            self.agent.hook_failed(self.name, "FIELDGUIDE_OVERRIDES",
-                                   ValueError(f"unknown override(s) {', '.join(unknown)}; known: {', '.join(KNOWN)}"))
+        text = os.environ.get("FIELDGUIDE_OVERRIDES", "")
+        problems = override_problems(text)
+        if problems:
+            self.agent.hook_failed(self.name, "FIELDGUIDE_OVERRIDES", ValueError("; ".join(problems)))
+        # Only what can be applied: a bad value left in would crash the job's own call.
+        self.values = {name: value for name, value in parse_overrides(text).items()
+                       if not override_problems(f"{name}={str(value).lower()}")}
 
     def note(self, name: str, value: Any, where: str) -> None:
         self.applied.append({"name": name, "value": value, "where": where})
