@@ -90,7 +90,7 @@ class _Interrupts:
     def __call__(self, signum: int, frame: object) -> None:
         self.count += 1
         if self.count == 1:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt(_signal_name(signum))  # what ended the walk, for its report
         sys.stderr.write("fieldguide: ending the launched job and writing the report; a moment\n")
 
     def walk_over(self) -> None:
@@ -100,6 +100,15 @@ class _Interrupts:
 
 
 _interrupt = _Interrupts()
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def main(argv: list[str] | None = None) -> int:

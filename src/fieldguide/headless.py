@@ -115,9 +115,11 @@ def walk_off_main_thread(session: Session, err: Console, *, try_fix: bool = Fals
     try:
         while not done.wait(0.2):
             pass
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         current = session.walk.current or "start"
-        session.cancel(f"interrupted by the user (Ctrl-C) at node {current}; the report is partial")
+        # Ctrl-C raises a bare KeyboardInterrupt; SIGTERM and SIGHUP (cli._Interrupts) carry their name.
+        how = f"by {interrupt.args[0]}" if interrupt.args else "by the user (Ctrl-C)"
+        session.cancel(f"interrupted {how} at node {current}; the report is partial")
         done.wait(unwind_s)
         return session.findings(), True
     if "error" in outcome:

@@ -78,3 +78,21 @@ def test_an_error_the_walk_raised_reaches_the_caller() -> None:
     session = BlockingSession(failure=TargetFailed("python exited with status 1 before it could be measured"))
     with pytest.raises(TargetFailed, match="before it could be measured"):
         walk_off_main_thread(session, Console(stderr=True))  # type: ignore[arg-type]
+
+
+def test_a_sigterm_is_named_as_sigterm_not_as_ctrl_c() -> None:
+    from fieldguide.cli import _interrupt
+
+    session = BlockingSession()
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    count = _interrupt.count
+    try:
+        timer = threading.Timer(0.3, signal.raise_signal, args=(signal.SIGTERM,))
+        timer.start()
+        findings, interrupted = walk_off_main_thread(session, Console(stderr=True))  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _interrupt.count = count
+    assert interrupted
+    assert findings.note.startswith("interrupted by SIGTERM at node input.data-wait")
+    assert "Ctrl-C" not in findings.note
