@@ -55,6 +55,7 @@ from fieldguide.probes.stackclass import (
 )
 from fieldguide.probes.stepcycle import input_call, input_samples
 from fieldguide.probes.uncertainty import share_margin
+from fieldguide.watchdog import claim
 
 _PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")
 _PROCESS = re.compile(r'process (\d+):"')
@@ -432,6 +433,7 @@ def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait:
     `cancelled_wait(timeout)` returns True to cut the window short (py-spy then writes what it has)."""
     procs: dict[str, subprocess.Popen[str]] = {}
     with tempfile.TemporaryDirectory(prefix="fieldguide-spy-") as tmp:
+        claim(Path(tmp))  # removed by a later run if this fieldguide is killed
         outputs = {kind: Path(tmp) / f"{kind}.txt" for kind in ("all", "active")}
         try:
             for kind, out in outputs.items():
