@@ -2,51 +2,43 @@
 
 from __future__ import annotations
 
-import importlib.resources
 import os
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fieldguide.errors import BadInput
+from fieldguide.playbook.causes import CAUSES_FILE, load_causes
 from fieldguide.playbook.expect import ExpectationSyntaxError, parse_expectation
-from fieldguide.playbook.schema import Cause, Edge, MeasureOption, Node, Playbook, template_fields
-from fieldguide.playbook.yamlread import LineDict, read_yaml
+from fieldguide.playbook.graph import check_acyclic
+from fieldguide.playbook.schema import Edge, MeasureOption, Node, Playbook, template_fields
+from fieldguide.playbook.source import (
+    PlaybookError,
+    check_fields,
+    is_file,
+    one_line,
+    os_problem,
+    playbook_dirs,
+    read_playbook_file,
+    shown,
+    text_field,
+    yaml_files,
+)
+from fieldguide.playbook.yamlread import LineDict
 
-CAUSES_FILE = "causes.yaml"
+__all__ = ["PlaybookError", "find_playbook", "list_playbooks", "load_causes", "load_playbook", "playbook_dirs"]
+
 NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
 PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm", "budget", "ready_timeout",
                    "torch_trace", "include"}
 INCLUDE_FIELDS = {"playbook", "nodes", "continue"}
-CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify", "experiment"}
-EXPERIMENT_FIELDS = {"override", "values", "env", "none"}
 
 
-class PlaybookError(BadInput):
-    """A malformed playbook: `file:line: node X: field Y: problem`."""
-
-    def __init__(self, path: Path | str, line: int, problem: str, *, node: str | None = None, field: str | None = None):
-        where = f"{path}:{line}" if line else str(path)
-        parts = [where]
-        if node:
-            parts.append(f"node {node}")
-        if field:
-            parts.append(f"field {field}")
-        super().__init__(": ".join(parts) + f": {problem}")
-        self.path, self.line, self.node, self.field = Path(path), line, node, field
-
-
-def playbook_dirs() -> list[Path]:
-    """Where playbooks are found: $FIELDGUIDE_PLAYBOOKS (colon-separated), then the built-ins."""
-    dirs = [Path(p) for p in os.environ.get("FIELDGUIDE_PLAYBOOKS", "").split(os.pathsep) if p]
-    packaged = importlib.resources.files("fieldguide") / "_playbooks"
-    if packaged.is_dir():
-        dirs.append(Path(str(packaged)))
-    else:  # a source checkout or an editable install: the top-level playbooks/
-        dirs.append(Path(__file__).resolve().parents[3] / "playbooks")
-    return dirs
+# A playbook may include from one that includes from another: deeper than this is refused
+# (the bundled ones include one level).
+MAX_INCLUDE_DEPTH = 8
+# An id longer than this cannot name a playbook file (names are at most 255 bytes).
+MAX_ID_CHARS = 200
 
 
 def list_playbooks(problems: list[str] | None = None) -> list[Playbook]:
@@ -54,7 +46,7 @@ def list_playbooks(problems: list[str] | None = None) -> list[Playbook]:
     (or raised, when `problems` is None)."""
     seen: dict[str, Playbook] = {}
     for directory in playbook_dirs():
-        for path in sorted(directory.glob("*.yaml")):
+        for path in yaml_files(directory, problems):
             if path.name == CAUSES_FILE or path.stem in seen:
                 continue
             try:
@@ -67,116 +59,25 @@ def list_playbooks(problems: list[str] | None = None) -> list[Playbook]:
 
 
 def find_playbook(playbook_id: str) -> Playbook:
-    """A playbook by id, or by path to a .yaml file."""
+    """A playbook by id, or by path to a .yaml file. A name the OS cannot take (too long, a NUL)
+    is bad input like any other, not an OSError."""
     if playbook_id.endswith((".yaml", ".yml")) or os.sep in playbook_id:
         path = Path(playbook_id)
-        if not path.is_file():
-            raise BadInput(f"no playbook file {playbook_id}")
+        try:
+            found = path.is_file()
+        except (OSError, ValueError) as err:  # ENAMETOOLONG; a NUL
+            why = os_problem(err) if isinstance(err, OSError) else str(err)
+            raise BadInput(one_line(f"cannot read playbook file {shown(playbook_id)}: {why}")) from None
+        if not found:
+            raise BadInput(one_line(f"no playbook file {shown(playbook_id)}"))
         return load_playbook(path)
-    for directory in playbook_dirs():
-        path = directory / f"{playbook_id}.yaml"
-        if path.is_file():
-            return load_playbook(path)
-    known = sorted({p.stem for d in playbook_dirs() for p in d.glob("*.yaml") if p.name != CAUSES_FILE})
-    raise BadInput(f"unknown playbook {playbook_id!r}; installed: {', '.join(known) or 'none'}")
-
-
-def _read(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise PlaybookError(path, 0, f"cannot read: {err.strerror}") from None
-    try:
-        return read_yaml(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
-        if context and context_mark is not None:
-            problem += f" ({context.removeprefix('while ')} on line {context_mark.line + 1})"
-        raise PlaybookError(path, mark.line + 1 if mark else 0, f"bad YAML: {problem}") from None
-
-
-def _text(data: LineDict, key: str, path: Path, node: str | None, *, required: bool = True) -> str:
-    value = data.get(key)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or not value.strip():
-        problem = "is missing" if key not in data else "must be non-empty text"
-        raise PlaybookError(path, data.line_of(key), problem, node=node, field=key)
-    return value.strip()
-
-
-def _check_fields(data: LineDict, allowed: set[str], path: Path, node: str | None) -> None:
-    for key in data:
-        if key not in allowed:
-            raise PlaybookError(path, data.line_of(key), f"unknown field; allowed: {', '.join(sorted(allowed))}",
-                                node=node, field=str(key))
-
-
-def load_causes(directory: Path) -> dict[str, Cause]:
-    """The field-guide pages of causes, from `causes.yaml` next to the playbooks."""
-    causes: dict[str, Cause] = {}
-    for d in [directory, *playbook_dirs()]:
-        path = d / CAUSES_FILE
-        if not path.is_file():
-            continue
-        data = _read(path)
-        if not isinstance(data, LineDict):
-            raise PlaybookError(path, 1, "must be a mapping of cause ids to pages")
-        for cause_id, page in data.items():
-            if cause_id in causes:
-                continue
-            if not isinstance(page, LineDict):
-                raise PlaybookError(path, data.line_of(cause_id), "a cause page must be a mapping", field=str(cause_id))
-            _check_fields(page, CAUSE_FIELDS, path, f"cause {cause_id}")
-            fix = page.get("fix")
-            if not isinstance(fix, list) or not fix or not all(isinstance(s, str) for s in fix):
-                raise PlaybookError(path, page.line_of("fix"), "must be a list of steps (quote a step that contains \": \")", node=f"cause {cause_id}", field="fix")
-            summary = _text(page, "summary", path, f"cause {cause_id}")
-            try:
-                template_fields(summary)
-            except ValueError as err:
-                raise PlaybookError(path, page.line_of("summary"), str(err), node=f"cause {cause_id}", field="summary") from None
-            experiment = _experiment(page, path, str(cause_id))
-            causes[cause_id] = Cause(
-                id=cause_id,
-                title=_text(page, "title", path, f"cause {cause_id}"),
-                summary=summary,
-                why=_text(page, "why", path, f"cause {cause_id}"),
-                fix=tuple(s.strip() for s in fix),
-                verify=_text(page, "verify", path, f"cause {cause_id}"),
-                experiment=experiment,
-            )
-    return causes
-
-
-def _experiment(page: LineDict, path: Path, cause_id: str) -> dict[str, Any] | None:
-    """A cause's fix as an experiment fieldguide can run (`--try-fix`): an agent override with the
-    values to try (`override`, `values`), an environment (`env`), or `none: why` for a fix that
-    is a code change."""
-    raw = page.get("experiment")
-    if raw is None:
-        return None
-    where = (path, page.line_of("experiment"))
-    if not isinstance(raw, LineDict) or not raw or set(raw) - EXPERIMENT_FIELDS:
-        raise PlaybookError(*where, f"must be a mapping of {', '.join(sorted(EXPERIMENT_FIELDS))}",
-                            node=f"cause {cause_id}", field="experiment")
-    if "none" in raw:
-        if set(raw) != {"none"} or not isinstance(raw["none"], str):
-            raise PlaybookError(*where, "none: says why there is no experiment, alone", node=f"cause {cause_id}",
-                                field="experiment")
-        return {"none": raw["none"].strip()}
-    override, values, env = raw.get("override"), raw.get("values"), raw.get("env")
-    if override is not None and (not isinstance(override, str) or not isinstance(values, list) or not values):
-        raise PlaybookError(*where, "override needs a name and a list of values to try", node=f"cause {cause_id}",
-                            field="experiment")
-    if env is not None and (not isinstance(env, dict) or not all(isinstance(v, (str, int)) for v in env.values())):
-        raise PlaybookError(*where, "env must map variables to values", node=f"cause {cause_id}", field="experiment")
-    if override is None and env is None:
-        raise PlaybookError(*where, "needs an override with values, an env, or none", node=f"cause {cause_id}",
-                            field="experiment")
-    return {"override": override, "values": list(values or []), "env": {str(k): str(v) for k, v in (env or {}).items()}}
+    if len(playbook_id) <= MAX_ID_CHARS:
+        for directory in playbook_dirs():
+            path = directory / f"{playbook_id}.yaml"
+            if os.path.lexists(path):  # a directory or FIFO of that name is reported, as in the listing
+                return load_playbook(path)
+    known = sorted({p.stem for d in playbook_dirs() for p in yaml_files(d) if p.name != CAUSES_FILE})
+    raise BadInput(one_line(f"unknown playbook {shown(repr(playbook_id))}; installed: {', '.join(known) or 'none'}"))
 
 
 def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
@@ -222,7 +123,7 @@ def _measure(raw: Any, data: LineDict, path: Path, node: str) -> tuple[MeasureOp
         where = f"measure[{i}]"
         if not isinstance(item, LineDict):
             raise PlaybookError(path, line, "must be a mapping", node=node, field=where)
-        _check_fields(item, {"probe", "params", "expect"}, path, node)
+        check_fields(item, {"probe", "params", "expect"}, path, node)
         probe_id = item.get("probe")
         probe_cls = registry.get(probe_id) if isinstance(probe_id, str) else None
         if probe_cls is None:
@@ -253,17 +154,52 @@ def _measure(raw: Any, data: LineDict, path: Path, node: str) -> tuple[MeasureOp
     return tuple(options)
 
 
+@dataclass
+class _Including:
+    """The playbooks being loaded, outermost first, for include loops; and those loaded, so that
+    a playbook included many times is read once."""
+
+    chain: list[Path] = field(default_factory=list)
+    loaded: dict[Path, Playbook] = field(default_factory=dict)
+
+
 def load_playbook(path: Path) -> Playbook:
+    """Read and validate one playbook file (and the playbooks it includes from)."""
     path = Path(path)
-    data = _read(path)
+    try:
+        return _load(path, _Including())
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError) as err:
+        # A check this loader lacks, met by a hostile file: still one line naming the file.
+        raise PlaybookError(path, 0, f"cannot be loaded as a playbook ({type(err).__name__}: {err})") from None
+
+
+def _key(path: Path) -> Path:
+    return Path(os.path.abspath(path))
+
+
+def _load(path: Path, including: _Including) -> Playbook:
+    key = _key(path)
+    if key in including.loaded:
+        return including.loaded[key]
+    including.chain.append(key)
+    try:
+        playbook = _load_data(path, read_playbook_file(path), including)
+    finally:
+        including.chain.pop()
+    including.loaded[key] = playbook
+    return playbook
+
+
+def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
     if not isinstance(data, LineDict):
         raise PlaybookError(path, 1, "a playbook must be a mapping with id, title, purpose, start, nodes")
-    _check_fields(data, PLAYBOOK_FIELDS, path, None)
-    playbook_id = _text(data, "id", path, None)
+    check_fields(data, PLAYBOOK_FIELDS, path, None)
+    playbook_id = text_field(data, "id", path, None)
     raw_nodes = data.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise PlaybookError(path, data.line_of("nodes"), "must be a non-empty list of nodes", field="nodes")
     nodes: dict[str, Node] = {}
+    raw_by_id: dict[str, LineDict] = {}  # for the line of each edge, below
     for raw in raw_nodes:
         if not isinstance(raw, LineDict):
             raise PlaybookError(path, data.line_of("nodes"), "each node must be a mapping", field="nodes")
@@ -272,23 +208,28 @@ def load_playbook(path: Path) -> Playbook:
             raise PlaybookError(path, raw.line, "is missing", field="id")
         if node_id in nodes:
             raise PlaybookError(path, raw.line, "duplicate node id", node=node_id, field="id")
-        _check_fields(raw, NODE_FIELDS, path, node_id)
+        check_fields(raw, NODE_FIELDS, path, node_id)
+        raw_by_id[node_id] = raw
         for key in ("pass", "depart"):
             if key not in raw:
                 raise PlaybookError(path, raw.line, "is missing: every node needs both a pass and a depart edge",
                                     node=node_id, field=key)
         nodes[node_id] = Node(
             id=node_id,
-            question=_text(raw, "question", path, node_id),
-            why=_text(raw, "why", path, node_id),
+            question=text_field(raw, "question", path, node_id),
+            why=text_field(raw, "why", path, node_id),
             measure=_measure(raw.get("measure"), raw, path, node_id),
             on_pass=_edge(raw["pass"], "pass", raw, path, node_id),
             on_depart=_edge(raw["depart"], "depart", raw, path, node_id),
             on_error=_edge(raw["error"], "error", raw, path, node_id) if "error" in raw else None,
             line=raw.line,
         )
-    for spec in data.get("include") or []:
-        for node_id, node in _included(spec, data, path).items():
+    includes = data.get("include") or []
+    if not isinstance(includes, list):
+        raise PlaybookError(path, data.line_of("include"), "must be a list of {playbook, nodes, continue}",
+                            field="include")
+    for spec in includes:
+        for node_id, node in _included(spec, data, path, including).items():
             if node_id in nodes:
                 raise PlaybookError(path, data.line_of("include"), f"includes node {node_id!r}, which this playbook "
                                     "defines too", field="include")
@@ -302,7 +243,8 @@ def load_playbook(path: Path) -> Playbook:
         for key, edge in (("pass", node.on_pass), ("depart", node.on_depart), ("error", node.on_error)):
             if edge is None:
                 continue
-            line = next((r.line_of(key) for r in raw_nodes if r.get("id") == node.id), node.line)
+            raw = raw_by_id.get(node.id)  # none for an included node: its own line
+            line = raw.line_of(key) if raw is not None else node.line
             if edge.kind == "node" and edge.target not in nodes:
                 raise PlaybookError(path, line, f"points to unknown node {edge.target!r}", node=node.id, field=key)
             if edge.kind == "cause" and edge.target not in causes:
@@ -315,10 +257,10 @@ def load_playbook(path: Path) -> Playbook:
                 raise PlaybookError(path, line, "a departure cannot lead to a healthy leaf", node=node.id, field=key)
             if edge.kind == "leaf" and edge.target not in leaves:
                 raise PlaybookError(path, line, f"leaf {edge.target!r} is not described under `leaves`", node=node.id, field=key)
-    start = _text(data, "start", path, None)
+    start = text_field(data, "start", path, None)
     if start not in nodes:
         raise PlaybookError(path, data.line_of("start"), f"unknown start node {start!r}", field="start")
-    _check_acyclic(nodes, start, path)
+    check_acyclic(nodes, start, path)
     prefetch = _prefetch(data, nodes, path)
     arm = data.get("arm") or []
     if not isinstance(arm, list) or not all(
@@ -336,8 +278,8 @@ def load_playbook(path: Path) -> Playbook:
         raise PlaybookError(path, data.line_of("torch_trace"), "must be true or false", field="torch_trace")
     return Playbook(
         id=playbook_id,
-        title=_text(data, "title", path, None),
-        purpose=_text(data, "purpose", path, None),
+        title=text_field(data, "title", path, None),
+        purpose=text_field(data, "purpose", path, None),
         start=start,
         nodes=nodes,
         causes={k: v for k, v in causes.items()},
@@ -351,23 +293,34 @@ def load_playbook(path: Path) -> Playbook:
     )
 
 
-def _included(spec: Any, data: LineDict, path: Path) -> dict[str, Node]:
+def _included(spec: Any, data: LineDict, path: Path, including: _Including) -> dict[str, Node]:
     """Nodes of another playbook, by reference: `include: [{playbook: ID, nodes: [...], continue:
     {a node (or leaf) of ID the included nodes lead to: this playbook's node (or leaf) instead}}]`.
     The definitions stay in one place; only where they lead changes."""
     line = data.line_of("include")
     if not isinstance(spec, LineDict):
         raise PlaybookError(path, line, "each include must be a mapping with playbook, nodes, continue", field="include")
-    _check_fields(spec, INCLUDE_FIELDS, path, None)
+    check_fields(spec, INCLUDE_FIELDS, path, None)
     other_id, wanted, leads = spec.get("playbook"), spec.get("nodes"), spec.get("continue") or {}
-    if not isinstance(other_id, str) or not isinstance(wanted, list) or not isinstance(leads, dict):
-        raise PlaybookError(path, spec.line, "include needs playbook (an id), nodes (a list) and continue (a mapping)",
-                            field="include")
+    if (not isinstance(other_id, str) or not isinstance(wanted, list) or not all(isinstance(n, str) for n in wanted)
+            or not isinstance(leads, dict)):
+        raise PlaybookError(path, spec.line, "include needs playbook (an id), nodes (a list of node ids) and "
+                            "continue (a mapping)", field="include")
+    # An id names a file beside this one: no path separators, no parent directories.
+    plain = other_id and len(other_id) <= MAX_ID_CHARS and not other_id.startswith(".") and not (
+        {"/", os.sep} & set(other_id))
     other_path = path.parent / f"{other_id}.yaml"
-    if other_id == data.get("id") or not other_path.is_file():
-        raise PlaybookError(path, spec.line, f"cannot include from {other_id!r}: no such playbook beside this one",
-                            field="include")
-    other = load_playbook(other_path)
+    if not plain or other_id == data.get("id") or not is_file(other_path):
+        raise PlaybookError(path, spec.line, f"cannot include from {shown(repr(other_id))}: no such playbook "
+                            "beside this one", field="include")
+    # Loops and depth are checked here, where the include's line is known; never recursed into.
+    if _key(other_path) in including.chain:
+        loop = [p.stem for p in including.chain[including.chain.index(_key(other_path)):]] + [other_path.stem]
+        raise PlaybookError(path, spec.line, f"include loop: {' -> '.join(loop)}", field="include")
+    if len(including.chain) >= MAX_INCLUDE_DEPTH:
+        raise PlaybookError(path, spec.line, f"includes nested more than {MAX_INCLUDE_DEPTH} playbooks deep: "
+                            f"{' -> '.join(p.stem for p in including.chain)} -> {other_path.stem}", field="include")
+    other = _load(other_path, including)
     found: dict[str, Node] = {}
     for node_id in wanted:
         if node_id not in other.nodes:
@@ -401,15 +354,3 @@ def _prefetch(data: LineDict, nodes: dict[str, Node], path: Path) -> tuple[Measu
         found.append(options[probe_id])
     return tuple(found)
 
-
-def _check_acyclic(nodes: dict[str, Node], start: str, path: Path) -> None:
-    """A walk must end: no edge may lead back to a node already on the way."""
-    def visit(node_id: str, trail: tuple[str, ...]) -> None:
-        if node_id in trail:
-            raise PlaybookError(path, nodes[node_id].line, f"cycle: {' -> '.join((*trail, node_id))}", node=node_id)
-        node = nodes[node_id]
-        for edge in (node.on_pass, node.on_depart, node.on_error):
-            if edge is not None and edge.kind == "node":
-                visit(edge.target, (*trail, node_id))
-
-    visit(start, ())

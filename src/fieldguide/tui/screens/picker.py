@@ -178,7 +178,9 @@ class PlaybookPicker(Screen[None]):
                                  lambda _: self.app.exit(2))
             return
         for problem in problems:  # a malformed playbook of the user's: skipped, and said so
-            self.notify(problem, title="Skipped a malformed playbook", severity="warning", timeout=10)
+            # markup=False: a problem quotes the file (`[unclosed`), which is not Textual markup.
+            self.notify(problem, title="Skipped a malformed playbook", severity="warning", timeout=10,
+                        markup=False)
         for pb in found:
             self.playbooks[pb.id] = pb
             options.add_option(Option(Text.assemble((pb.id, "bold"), "  ", (pb.title, "italic"), "\n",

@@ -1,0 +1,86 @@
+"""The field-guide pages of causes: `causes.yaml` beside the playbooks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fieldguide.playbook.schema import Cause, template_fields
+from fieldguide.playbook.source import (
+    PlaybookError,
+    check_fields,
+    is_file,
+    playbook_dirs,
+    read_playbook_file,
+    text_field,
+)
+from fieldguide.playbook.yamlread import LineDict
+
+CAUSES_FILE = "causes.yaml"
+CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify", "experiment"}
+EXPERIMENT_FIELDS = {"override", "values", "env", "none"}
+
+
+def load_causes(directory: Path) -> dict[str, Cause]:
+    """The field-guide pages of causes, from `causes.yaml` next to the playbooks."""
+    causes: dict[str, Cause] = {}
+    for d in [directory, *playbook_dirs()]:
+        path = d / CAUSES_FILE
+        if not is_file(path):
+            continue
+        data = read_playbook_file(path)
+        if not isinstance(data, LineDict):
+            raise PlaybookError(path, 1, "must be a mapping of cause ids to pages")
+        for cause_id, page in data.items():
+            if cause_id in causes:
+                continue
+            if not isinstance(page, LineDict):
+                raise PlaybookError(path, data.line_of(cause_id), "a cause page must be a mapping", field=str(cause_id))
+            check_fields(page, CAUSE_FIELDS, path, f"cause {cause_id}")
+            fix = page.get("fix")
+            if not isinstance(fix, list) or not fix or not all(isinstance(s, str) for s in fix):
+                raise PlaybookError(path, page.line_of("fix"), "must be a list of steps (quote a step that contains \": \")", node=f"cause {cause_id}", field="fix")
+            summary = text_field(page, "summary", path, f"cause {cause_id}")
+            try:
+                template_fields(summary)
+            except ValueError as err:
+                raise PlaybookError(path, page.line_of("summary"), str(err), node=f"cause {cause_id}", field="summary") from None
+            experiment = _experiment(page, path, str(cause_id))
+            causes[cause_id] = Cause(
+                id=cause_id,
+                title=text_field(page, "title", path, f"cause {cause_id}"),
+                summary=summary,
+                why=text_field(page, "why", path, f"cause {cause_id}"),
+                fix=tuple(s.strip() for s in fix),
+                verify=text_field(page, "verify", path, f"cause {cause_id}"),
+                experiment=experiment,
+            )
+    return causes
+
+
+def _experiment(page: LineDict, path: Path, cause_id: str) -> dict[str, Any] | None:
+    """A cause's fix as an experiment fieldguide can run (`--try-fix`): an agent override with the
+    values to try (`override`, `values`), an environment (`env`), or `none: why` for a fix that
+    is a code change."""
+    raw = page.get("experiment")
+    if raw is None:
+        return None
+    where = (path, page.line_of("experiment"))
+    if not isinstance(raw, LineDict) or not raw or set(raw) - EXPERIMENT_FIELDS:
+        raise PlaybookError(*where, f"must be a mapping of {', '.join(sorted(EXPERIMENT_FIELDS))}",
+                            node=f"cause {cause_id}", field="experiment")
+    if "none" in raw:
+        if set(raw) != {"none"} or not isinstance(raw["none"], str):
+            raise PlaybookError(*where, "none: says why there is no experiment, alone", node=f"cause {cause_id}",
+                                field="experiment")
+        return {"none": raw["none"].strip()}
+    override, values, env = raw.get("override"), raw.get("values"), raw.get("env")
+    if override is not None and (not isinstance(override, str) or not isinstance(values, list) or not values):
+        raise PlaybookError(*where, "override needs a name and a list of values to try", node=f"cause {cause_id}",
+                            field="experiment")
+    if env is not None and (not isinstance(env, dict) or not all(isinstance(v, (str, int)) for v in env.values())):
+        raise PlaybookError(*where, "env must map variables to values", node=f"cause {cause_id}", field="experiment")
+    if override is None and env is None:
+        raise PlaybookError(*where, "needs an override with values, an env, or none", node=f"cause {cause_id}",
+                            field="experiment")
+    return {"override": override, "values": list(values or []), "env": {str(k): str(v) for k, v in (env or {}).items()}}
