@@ -19,6 +19,7 @@ from fieldguide.errors import EXIT_FOR_VERDICT, EXIT_INTERRUPTED, FieldguideErro
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.text import Text
 
     from fieldguide.report.findings import Findings
     from fieldguide.session import Session
@@ -71,8 +72,7 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
     try:
         target = open_target(pid, cmd, echo=echo, arm=playbook.arm, extra_env=launch_env(playbook, report))
         session = Session(playbook, target, budget=budget or 0.0)
-        where = f"pid {target.pid}" if pid else " ".join(cmd) or "machine"
-        err.print(f"[bold]fieldguide[/] {playbook.id} on {target.kind} {where}")
+        err.print(header_line(playbook.id, target.kind, target.pid if pid else None, cmd))
         findings, interrupted = walk_off_main_thread(session, err, try_fix=try_fix)
     finally:
         if on_interrupt is not None and hasattr(on_interrupt, "walk_over"):
@@ -89,6 +89,17 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FOR_VERDICT[findings.verdict]
+
+
+def header_line(playbook_id: str, kind: str, pid: int | None, cmd: list[str]) -> Text:
+    """The walk's first line on stderr: the target's command line redacted (its arguments may hold
+    a token), and as plain text: a `[...]` in it is no Rich markup, a `:name:` no emoji."""
+    from rich.text import Text
+
+    from fieldguide.report.redact import redact_argv
+
+    where = f"pid {pid}" if pid is not None else " ".join(redact_argv([str(a) for a in cmd])) or "machine"
+    return Text.assemble(("fieldguide", "bold"), f" {playbook_id} on {kind} {where}")
 
 
 def walk_off_main_thread(session: Session, err: Console, *, try_fix: bool = False,

@@ -211,7 +211,8 @@ def test_markdown_has_cause_summary_and_fix_code(departure):
     assert md.startswith("# fieldguide report: Slow training\n")
     assert "## Verdict: Departure found" in md
     assert "Cause `input.waiting` at node `input.data-wait`." in md
-    assert departure.first_departure["summary"] in md
+    # The summary shown as it is: `__next__` escaped, not a bold "next".
+    assert departure.first_departure["summary"].replace("__next__", r"\_\_next\_\_") in md
     assert "```python" in md and "num_workers=8" in md
     assert "| data_wait_fraction | 80% |" in md
     assert "| input.data-wait | ✗ depart | data_wait_fraction=80% | `data_wait_fraction < 0.1` | loop.steps |" in md

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fieldguide import __version__
 from fieldguide.engine import DEPARTURE, Walk
+from fieldguide.errors import FieldguideError
 from fieldguide.measurement import format_value
 from fieldguide.report.redact import redact_argv, redact_env, redact_text, redact_tree
 from fieldguide.report.vocabulary import ACTIONS, VERDICTS
@@ -22,6 +25,54 @@ if TYPE_CHECKING:
 # Environment variables worth carrying into a report (values redacted if secret-looking).
 RELEVANT_ENV_PREFIXES = ("CUDA_", "PYTORCH_", "TORCH", "NCCL_", "OMP_", "MKL_", "KMP_", "NVIDIA_", "HF_", "WORLD_SIZE",
                          "RANK", "LOCAL_RANK", "MASTER_")
+
+
+# How deep a saved report's JSON may nest: a report is a few levels deep; a file nested thousands
+# deep is no report, and walking it would exhaust the stack (a RecursionError, not a message).
+MAX_DEPTH = 100
+
+
+def check_depth(data: Any, most: int = MAX_DEPTH) -> None:
+    """ValueError if `data` (parsed JSON) nests more than `most` lists and objects deep; iterative."""
+    todo: list[tuple[Any, int]] = [(data, 1)]
+    while todo:
+        value, depth = todo.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is None:
+            continue
+        if depth > most:
+            raise ValueError(f"nested more than {most} deep")
+        todo.extend((child, depth + 1) for child in children)
+
+
+def load_report(path: Path) -> Findings:
+    """A saved JSON report read back; FieldguideError (one line, exit 2) for a file that cannot be
+    read or is no report: not JSON, nested deeper than the parser's stack, not a report's shape."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FieldguideError(f"no such report: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise FieldguideError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+    try:
+        return Findings.from_json(json.loads(text))
+    except json.JSONDecodeError:
+        raise FieldguideError(f"{path} is not a fieldguide JSON report (not JSON)") from None
+    except RecursionError:  # the parser's own limit: a file nested thousands deep
+        raise FieldguideError(f"{path} is not a fieldguide JSON report (nested too deeply)") from None
+    except KeyError as err:
+        raise FieldguideError(f"{path} is not a fieldguide JSON report (no {err.args[0]})") from None
+    except (ValueError, TypeError, AttributeError) as err:
+        raise FieldguideError(f"{path} is not a fieldguide JSON report ({err})") from None
+
+
+def _target_redacted(target: dict[str, Any]) -> dict[str, Any]:
+    """The target with its command line read as argv (`--pass X`: X is the secret), which a
+    saved report from any version gets too; text redaction alone sees `X` on its own."""
+    cmdline = target.get("cmdline") if isinstance(target, dict) else None
+    if not isinstance(cmdline, list):
+        return target
+    return {**target, "cmdline": redact_argv([str(a) for a in cmdline])}
 
 
 def utc_now() -> str:
@@ -95,7 +146,7 @@ class Findings:
             "created": self.created,
             "playbook": self.playbook,
             "playbook_title": self.playbook_title,
-            "target": self.target,
+            "target": _target_redacted(self.target),
             "environment": self.environment,
             "verdict": self.verdict,
             "first_departure": self.first_departure,
@@ -127,8 +178,13 @@ class Findings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Findings:
         """Rebuild from a saved report; ValueError if it is not one."""
+        check_depth(data)
         if not isinstance(data, dict) or data.get("verdict") not in VERDICTS:
             raise ValueError("no verdict of departure, clean or inconclusive")
+        for name, kind in (("target", dict), ("environment", dict), ("evidence", dict), ("units", dict),
+                           ("log_tail", list)):  # every view reads these as such
+            if not isinstance(data.get(name, kind()), kind):
+                raise ValueError(f"{name} must be {'an object' if kind is dict else 'a list'}")
         path = data.get("path", [])
         if not isinstance(path, list) or not all(isinstance(p, dict) and {"node", "status"} <= set(p) for p in path):
             raise ValueError("path entries need node and status")
@@ -160,6 +216,10 @@ class Findings:
                    cold_start=cold_start or None, ranks=ranks,
                    contention=dict(data.get("contention") or {}) if isinstance(data.get("contention"), dict) else {},
                    self_cpu_s=data.get("self_cpu_s") if isinstance(data.get("self_cpu_s"), (int, float)) else None)
+
+    def redacted(self) -> Findings:
+        """These findings as every view shows them: every secret-looking string redacted."""
+        return Findings.from_json(json.loads(json.dumps(self.to_json(), default=str)))
 
     # -- what every view reads -------------------------------------------------------------------
 

@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fieldguide.report.mdtext import md_fence, md_prose
+
 # The page's sections, in order.
 WHY, FIX, VERIFY = "Why it costs", "Fix", "Verify"
 INDENT = "   "  # a numbered item's continuation lines: under the text after "1. "
@@ -47,9 +49,11 @@ def parse_step(text: str) -> list[Block]:
 
 
 def _block_markdown(block: Block) -> list[str]:
+    # A saved report carries its cause's page: read back, it is no more trusted than the job, so
+    # no raw HTML in the prose, and a fence that no line inside can close.
     if block.code:
-        return [f"```{block.lang}", *block.lines, "```"]
-    return list(block.lines)
+        return md_fence(block.lines, block.lang)
+    return [md_prose(line) for line in block.lines]
 
 
 def steps_markdown(steps: Sequence[str]) -> list[str]:
@@ -65,13 +69,17 @@ def steps_markdown(steps: Sequence[str]) -> list[str]:
     return out
 
 
+def _prose(text: str) -> list[str]:
+    return [md_prose(line) for line in text.strip().splitlines()]
+
+
 def page_markdown(why: str, fix: Sequence[str], verify: str, *, level: int = 2) -> str:
     """The cause's page: why it costs, how to fix (with code), how to verify."""
     heading = "#" * level
-    lines = [f"{heading} {WHY}", "", why.strip(), ""] if why.strip() else []
+    lines = [f"{heading} {WHY}", "", *_prose(why), ""] if why.strip() else []
     lines += [f"{heading} {FIX}", "", *steps_markdown(fix)]
     if verify.strip():
-        lines += [f"{heading} {VERIFY}", "", verify.strip(), ""]
+        lines += [f"{heading} {VERIFY}", "", *_prose(verify), ""]
     return "\n".join(lines)
 
 

@@ -19,7 +19,8 @@ from typing import Any
 from fieldguide import __version__
 from fieldguide.errors import FieldguideError
 from fieldguide.ranks import pace
-from fieldguide.report.findings import Findings, utc_now
+from fieldguide.report.findings import Findings, load_report, utc_now
+from fieldguide.report.mdtext import md_cell, md_text
 from fieldguide.safewrite import write_text
 
 STRAGGLER = "dist.straggler"
@@ -60,20 +61,8 @@ def merge_command(paths: list[Path], fmt: str, output: Path | None) -> int:
 
 
 def load(path: Path) -> Findings:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FieldguideError(f"no such report: {path}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise FieldguideError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
-    try:
-        return Findings.from_json(json.loads(text))
-    except json.JSONDecodeError:
-        raise FieldguideError(f"{path} is not a fieldguide JSON report (not JSON)") from None
-    except KeyError as err:
-        raise FieldguideError(f"{path} is not a fieldguide JSON report (no {err.args[0]})") from None
-    except (ValueError, TypeError, AttributeError) as err:
-        raise FieldguideError(f"{path} is not a fieldguide JSON report ({err})") from None
+    """One node's report; FieldguideError in one line for anything that is not one."""
+    return load_report(path)
 
 
 def _number(value: Any) -> float | None:
@@ -246,9 +235,10 @@ def render_merged(merged: dict[str, Any], fmt: str) -> str:
     if fmt == "md":
         def table(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> list[str]:
             return ([f"| {' | '.join(columns)} |", "|" + "---|" * len(columns)]
-                    + [f"| {' | '.join(_cell(r, c).replace('|', chr(92) + '|') for c in columns)} |" for r in rows])
-        lines = ["# fieldguide: merged report", "", f"**Verdict**: {head}", ""]
-        lines += [f"- {line}" for line in said] + ([""] if said else [])
+                    + [f"| {' | '.join(md_cell(_cell(r, c)) for c in columns)} |" for r in rows])
+        # Hosts, paths and causes come from the reports' files: shown as they are, never as markup.
+        lines = ["# fieldguide: merged report", "", f"**Verdict**: {md_text(head)}", ""]
+        lines += [f"- {md_text(line)}" for line in said] + ([""] if said else [])
         lines += ["## Nodes", "", *table(node_columns, merged["nodes"]), "", "## Ranks", "", *table(COLUMNS, merged["ranks"]), ""]
         lines.append(f"Merged by fieldguide {merged['fieldguide_version']} at {merged['created']}.")
         return "\n".join(lines) + "\n"

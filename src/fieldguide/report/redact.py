@@ -7,9 +7,14 @@ from typing import Any
 
 REDACTED = "[redacted]"
 # One list of what a secret is called, for names (env vars, flags) and for names inside text.
-_WORDS = (r"token|secret|passw(?:or)?d|passwd|pwd|api[_-]?key|access[_-]?key|private[_-]?key|credential|"
-          r"auth|session[_-]?key|(?<=[a-z0-9])[_-]key")
-_SECRET_NAME = re.compile(rf"({_WORDS}|^key$)", re.I)
+# A tokenizer (`--tokenizer gpt2`) and an author are no secrets.
+_WORDS = (r"token(?!i[sz])|secret|passw(?:or)?d|passwd|pwd|api[_-]?key|access[_-]?key|private[_-]?key|credential|"
+          r"auth(?!or)|session[_-]?key|(?<=[a-z0-9])[_-]key")
+_SECRET_NAME = re.compile(rf"({_WORDS}|^-*key$)", re.I)
+# `pass` and `pw` are secrets' names only as a flag (`--pass`), after a separator (`DB_PASS`,
+# `redis-pw`), as a key (a JSON key, an environment variable, `pass=X`) or in capitals (`PASS:`):
+# a bare lowercase `pass` in prose ("3 nodes pass: ...") is a word, not a name.
+_SHORT_NAME = re.compile(r"(?P<lead>-*)(?P<prefix>[\w.\-]*[_.\-])?(?P<word>pass|pw)", re.I)
 # Values that are secrets whatever they are called.
 _SECRET_VALUE = re.compile(
     r"(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_\-]{20,}|ghp_[A-Za-z0-9]{20,}|gh[ousr]_[A-Za-z0-9]{20,}|"
@@ -17,18 +22,35 @@ _SECRET_VALUE = re.compile(
     r"wandb_[A-Za-z0-9]{20,}|[A-Za-z0-9]{40,})")
 # A name (a whole run of name characters: scanning from inside a run made long tokens cubic),
 # its separator and its value; the name is then checked for a secret's word.
-_ASSIGNMENT = re.compile(r"(?<![\w.\-])(?P<name>[\w.\-]+)(?P<sep>\s*[=:]\s*)")
-_VALUE = re.compile(r"\"[^\"]*\"|'[^']*'|\S+")
+# A quote may close the name (`"password": "x"`, `'token': 'x'`, `\"api_key\":\"x\"` in a JSON
+# string inside a log line): a JSON or Python dict key.
+_ASSIGNMENT = re.compile(r"(?<![\w.\-])(?P<name>[\w.\-]+)(?P<quote>\\?[\"'])?(?P<sep>\s*[=:]\s*)")
+# A quoted value (escapes inside it skipped), else a run of non-space; after a key, the run ends
+# at the `,`, `}` or `]` that ends a JSON or dict value.
+_QUOTED = r"\\\".*?\\\"|\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'"
+_VALUE = re.compile(rf"{_QUOTED}|\S+")
+_KEY_VALUE = re.compile(rf"{_QUOTED}|[^\s,}}\]]+")
 # `--token VALUE` inside one string (a `bash -c "..."` argument, a log line).
 _FLAG = re.compile(r"(?<![\w.\-])(?P<name>--?[\w.\-]+)(?P<sep>\s+)(?P<value>[^\s-]\S*)")
 # `tokenizer.py:88`, `hf_token_utils.py:12`: a source file's line, not a secret's value.
 _SOURCE_LINE = re.compile(r"\.(?:py|pyx|pyi|c|cc|cpp|h|hpp|cu|cuh|rs|go|js|ts|sh|yaml|yml|toml|json|txt|log)$", re.I)
+_ARG_NAME = re.compile(r"-*[\w.\-]+")
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{8,}", re.I)
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)([^@\s/]+)(@)")
+# `scheme://user:password@host`, `redis://:password@host` (no user); a password may hold an `@`:
+# the host starts after the last one before the path.
+# The password stops at a quote (a URL inside a JSON string), so a later `@` leaves the JSON whole.
+_URL_PASSWORD = re.compile(r"(://[^/\s:@\"']*:)((?:[^\s/?#\"'\\]|\\(?![\"']))+)(@)")
 
 
-def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+def is_secret_name(name: str, *, key: bool = False) -> bool:
+    """Whether `name` (an environment variable, a flag with its dashes, a key) names a secret;
+    `key`: it is a key or a variable's name, where a bare `pass` or `pw` is one too."""
+    if _SECRET_NAME.search(name):
+        return True
+    short = _SHORT_NAME.fullmatch(name)
+    if short is None:
+        return False
+    return bool(short.group("lead") or short.group("prefix") or key or short.group("word") in ("PASS", "PW", "pw"))
 
 
 def _redact_assignments(text: str) -> str:
@@ -38,18 +60,28 @@ def _redact_assignments(text: str) -> str:
     out: list[str] = []
     done = 0
     for m in _ASSIGNMENT.finditer(text):
-        if m.start() < done or not is_secret_name(m.group("name")):
+        quoted_key = m.group("quote") is not None
+        key = quoted_key or m.group("sep").strip() == "="
+        if m.start() < done or not is_secret_name(m.group("name"), key=key):
             continue
-        value = _VALUE.match(text, m.end())
-        if value is None:
-            continue
+        value = (_KEY_VALUE if quoted_key else _VALUE).match(text, m.end())
+        if value is None or (quoted_key and value.group(0)[0] in "{["):
+            continue  # a key whose value is an object or a list: its own keys are read in turn
         if m.group("sep").strip() == ":" and _SOURCE_LINE.search(m.group("name")) \
                 and re.fullmatch(r"\d+[)\],;.]*", value.group(0)):
             continue  # a source file's line
-        out.append(text[done:m.end()] + REDACTED)
+        out.append(text[done:m.end()] + _quotes_kept(value.group(0)))
         done = value.end()
     out.append(text[done:])
     return "".join(out)
+
+
+def _quotes_kept(value: str) -> str:
+    """The redaction of a value, in the value's quotes: `"password": "[redacted]"` stays JSON."""
+    for quote in ('\\"', '"', "'"):
+        if len(value) >= 2 * len(quote) and value.startswith(quote) and value.endswith(quote):
+            return quote + REDACTED + quote
+    return REDACTED
 
 
 def _redact_flag(m: re.Match[str]) -> str:
@@ -65,7 +97,8 @@ def redact_text(text: str) -> str:
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """`--token X`, `--api-key=X`, `PASSWORD=X` and secret-looking values are replaced."""
+    """`--token X`, `--pass X`, `--api-key=X`, `--token:X`, `PASSWORD=X` and secret-looking values
+    are replaced."""
     out: list[str] = []
     hide_next = False
     for arg in argv:
@@ -73,21 +106,21 @@ def redact_argv(argv: list[str]) -> list[str]:
             out.append(REDACTED)
             hide_next = False
             continue
-        if arg.startswith("-") and "=" not in arg and is_secret_name(arg.lstrip("-")):
-            out.append(arg)
-            hide_next = True
-            continue
-        if "=" in arg:
-            name, _, _ = arg.partition("=")
-            if is_secret_name(name.lstrip("-")):
+        name, eq, _ = arg.partition("=")
+        if eq and _ARG_NAME.fullmatch(name):  # not `{"password": "a=b"}`: that is text
+            if is_secret_name(name, key=not name.startswith("-")):
                 out.append(f"{name}={REDACTED}")
                 continue
+        elif not eq and arg.startswith("-") and ":" not in arg and is_secret_name(arg):
+            out.append(arg)  # `--token X`; `--token:X` is one argument, redacted as text
+            hide_next = True
+            continue
         out.append(redact_text(arg))
     return out
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if is_secret_name(k) else redact_text(v)) for k, v in env.items()}
+    return {k: (REDACTED if is_secret_name(k, key=True) else redact_text(v)) for k, v in env.items()}
 
 
 def redact_tree(value: Any) -> Any:
@@ -97,6 +130,6 @@ def redact_tree(value: Any) -> Any:
     if isinstance(value, list):
         return [redact_tree(v) for v in value]
     if isinstance(value, dict):
-        return {k: (REDACTED if isinstance(v, str) and is_secret_name(str(k)) else redact_tree(v))
+        return {k: (REDACTED if isinstance(v, str) and is_secret_name(str(k), key=True) else redact_tree(v))
                 for k, v in value.items()}
     return value

@@ -14,6 +14,7 @@ from fieldguide.measurement import format_value
 from fieldguide.report.charts import charts_for
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import inline_html, page_html, page_markdown
+from fieldguide.report.mdtext import md_cell, md_code, md_fence, md_text
 from fieldguide.report.summary import EXPERIMENT_COLUMNS
 from fieldguide.report.timeline import cold_start_of, timed_phases, timeline_title
 from fieldguide.report.vocabulary import ACTION_TEXT, status_mark, verdict_text
@@ -50,7 +51,7 @@ def write_report(findings: Findings, path: Path, fmt: str | None = None) -> Path
 
 def redacted(findings: Findings) -> Findings:
     """The findings as the report shows them: every secret-looking string redacted."""
-    return Findings.from_json(json.loads(json.dumps(findings.to_json(), default=str)))
+    return findings.redacted()
 
 
 def _measured(findings: Findings, measured: dict[str, Any]) -> str:
@@ -65,13 +66,15 @@ def _environment_words(env: dict[str, Any]) -> str:
 
 
 # -- Markdown ------------------------------------------------------------------------------------------
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
+# Every string a report holds (the job's command line, output, frames, exception, and whatever a
+# saved report file says) goes through report/mdtext.py: shown as it is, never as markup.
 
 def _share(seconds: float, total: object) -> str:
     return f"{seconds / total:.0%}" if isinstance(total, (int, float)) and total > 0 else ""
+
+
+def _row_md(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def cold_start_markdown(findings: Findings) -> list[str]:
@@ -81,79 +84,96 @@ def cold_start_markdown(findings: Findings) -> list[str]:
     if cold is None:
         return []
     total = cold.get("total_s")
-    lines = ["## Cold start", "", timeline_title(cold).removeprefix("Cold start: ") + ".", "", "| phase | from s | seconds | share |",
-             "|---|---|---|---|"]
-    lines += [f"| {_md_cell(title)} | {start:.3g} | {seconds:.3g} | {_share(seconds, total)} |"
+    lines = ["## Cold start", "", md_text(timeline_title(cold).removeprefix("Cold start: ") + "."), "",
+             "| phase | from s | seconds | share |", "|---|---|---|---|"]
+    lines += [_row_md(md_cell(title), f"{start:.3g}", f"{seconds:.3g}", _share(seconds, total))
               for _, title, start, seconds in timed_phases(cold.get("phases"))]
     shares = cold.get("shares")
     found = sorted(((str(n), float(v)) for n, v in (shares.items() if isinstance(shares, dict) else [])
                     if isinstance(v, (int, float)) and not isinstance(v, bool)), key=lambda item: -item[1])
     if found:
         lines += ["", "| where the time went | seconds | share |", "|---|---|---|"]
-        lines += [f"| {_md_cell(SHARE_TITLES.get(name, name))} | {seconds:.3g} | {_share(seconds, total)} |"
+        lines += [_row_md(md_cell(SHARE_TITLES.get(name, name)), f"{seconds:.3g}", _share(seconds, total))
                   for name, seconds in found]
     return [*lines, ""]
 
 
+def _steps_markdown(f: Findings, steps: list[dict[str, Any]], *, reruns: bool = False) -> list[str]:
+    """The path's (or the re-runs') table rows."""
+    rows = []
+    for step in steps:
+        cells = [md_cell(step["node"]), md_cell(status_mark(step["status"])),
+                 md_cell(_measured(f, step.get("measured") or {})), md_code(step.get("expected", ""), cell=True)]
+        if reruns:
+            action = ACTION_TEXT.get(step["action"], step["action"])
+            cells = [md_cell(step.get("when", "")), md_cell(action), *cells]
+        else:
+            cells.append(md_cell(step.get("probe") or ""))
+        cells += [f"{float(step.get('seconds') or 0):.1f}", md_cell(step.get("note", ""))]
+        rows.append(_row_md(*cells))
+    return rows
+
+
 def to_markdown(findings: Findings) -> str:
     f = redacted(findings)
-    lines = [f"# fieldguide report: {f.playbook_title}", ""]
-    cmd = " ".join(f.target.get("cmdline") or [])
-    lines.append(f"- **Target**: {f.target.get('kind')} pid {f.target.get('pid')}" + (f" — `{cmd}`" if cmd else ""))
-    lines.append(f"- **Environment**: {_environment_words(f.environment)}")
-    lines.append(f"- **Created**: {f.created} by fieldguide {__version__}")
+    lines = [f"# fieldguide report: {md_text(f.playbook_title)}", ""]
+    cmd = " ".join(str(a) for a in f.target.get("cmdline") or [])
+    lines.append(f"- **Target**: {md_text(f.target.get('kind'))} pid {md_text(f.target.get('pid'))}"
+                 + (f" — {md_code(cmd)}" if cmd else ""))
+    lines.append(f"- **Environment**: {md_text(_environment_words(f.environment))}")
+    lines.append(f"- **Created**: {md_text(f.created)} by fieldguide {__version__}")
     lines += ["", f"## Verdict: {verdict_text(f.verdict)}", ""]
     dep = f.first_departure
     if dep:
-        lines += [f"### {dep['title']}", "", f"Cause `{dep['cause']}` at node `{dep['node']}`.", "", dep["summary"], "",
-                  "| measured | value |", "|---|---|"]
-        lines += [f"| {n} | {v} |" for n, v in f.formatted(dep["measured"])]
-        lines += ["", f"Expected: `{dep['expected']}`", ""]
+        lines += [f"### {md_text(dep['title'])}", "", f"Cause {md_code(dep['cause'])} at node {md_code(dep['node'])}.",
+                  "", md_text(dep["summary"]), "", "| measured | value |", "|---|---|"]
+        lines += [_row_md(md_cell(n), md_cell(v)) for n, v in f.formatted(dep["measured"])]
+        lines += ["", f"Expected: {md_code(dep['expected'])}", ""]
         lines += page_markdown(dep.get("why", ""), dep["fix"], dep["verify"], level=3).splitlines()
         lines.append("")
     elif f.conclusion:
-        lines += [f"Healthy leaf `{f.conclusion}`: {f.conclusion_text}", ""]
+        lines += [f"Healthy leaf {md_code(f.conclusion)}: {md_text(f.conclusion_text)}", ""]
     rows = f.found_rows()
     if rows:
         columns = list(dict.fromkeys(k for r in rows for k in r))
-        lines += [f"### What {dep['node'] if dep else 'the node'} found", "", "| " + " | ".join(columns) + " |",
+        lines += [f"### What {md_text(dep['node']) if dep else 'the node'} found", "", _row_md(*map(md_cell, columns)),
                   "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join(_md_cell(format_value(r.get(c))) for c in columns) + " |" for r in rows]
+        lines += [_row_md(*(md_cell(format_value(r.get(c))) for c in columns)) for r in rows]
         lines.append("")
-    if f.torch_trace():
-        lines += [f"Compile trace (TORCH_TRACE) in `{f.torch_trace()}`: open it with `pip install tlparse; "
-                  f"tlparse {f.torch_trace()}`.", ""]
+    trace = f.torch_trace()
+    if trace:
+        lines += [f"Compile trace (TORCH_TRACE) in {md_code(trace)}: open it with "
+                  f"{md_code(f'pip install tlparse; tlparse {trace}')}.", ""]
     for title, arm_rows, said in f.experiment_rows():
-        lines += [f"### {title}", ""]
+        lines += [f"### {md_text(title)}", ""]
         if arm_rows:
-            lines += ["| " + " | ".join(EXPERIMENT_COLUMNS) + " |", "|" + "---|" * len(EXPERIMENT_COLUMNS)]
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in arm_rows]
+            lines += [_row_md(*EXPERIMENT_COLUMNS), "|" + "---|" * len(EXPERIMENT_COLUMNS)]
+            lines += [_row_md(*map(md_cell, row)) for row in arm_rows]
             lines.append("")
-        lines += [said, ""]
+        lines += [md_text(said), ""]
     if f.exit:
-        lines += [f"**{f.exit_line()}**", ""]
+        lines += [f"**{md_text(f.exit_line())}**", ""]
     if f.note:
-        lines += [f"> {f.note}", ""]
+        lines += [f"> {md_text(f.note)}", ""]
     lines += cold_start_markdown(f)
     lines += ["## Path", "", "| node | status | measured | expected | probe | s | note |", "|---|---|---|---|---|---|---|"]
-    for step in f.path:
-        lines.append(f"| {step['node']} | {status_mark(step['status'])} | {_md_cell(_measured(f, step['measured']))} | "
-                     f"`{step['expected']}` | {step['probe'] or ''} | {step['seconds']:.1f} | {_md_cell(step['note'])} |")
+    lines += _steps_markdown(f, f.path)
     if f.reruns:
         lines += ["", "## Measured again in the TUI", "",
                   "| when | did | node | status | measured | expected | s | note |", "|---|---|---|---|---|---|---|---|"]
-        for run in f.reruns:
-            lines.append(f"| {run.get('when', '')} | {ACTION_TEXT.get(run['action'], run['action'])} | {run['node']} | "
-                         f"{status_mark(run['status'])} | {_md_cell(_measured(f, run.get('measured') or {}))} | "
-                         f"`{run.get('expected', '')}` | {float(run.get('seconds') or 0):.1f} | "
-                         f"{_md_cell(run.get('note', ''))} |")
+        lines += _steps_markdown(f, f.reruns, reruns=True)
     whose, stacks = f.top_stacks()
     if stacks:
         lines += ["", f"## Top stacks ({whose})", "", "| share | where | stack (innermost first) |", "|---|---|---|"]
-        lines += [f"| {s['share']:.0%} | {s['category']} | `{s['stack']}` |" for s in stacks]
+        lines += [_row_md(_percent(s.get("share")), md_cell(s.get("category", "")), md_code(s.get("stack", ""), cell=True))
+                  for s in stacks]
     if f.log_tail:
-        lines += ["", "## Target output (last lines)", "", "```", *f.log_tail[-LOG_LINES:], "```"]
+        lines += ["", "## Target output (last lines)", "", *md_fence([str(line) for line in f.log_tail[-LOG_LINES:]])]
     return "\n".join(lines) + "\n"
+
+
+def _percent(share: object) -> str:
+    return f"{share:.0%}" if isinstance(share, (int, float)) else md_cell(share)
 
 
 # -- HTML ----------------------------------------------------------------------------------------------

@@ -125,6 +125,9 @@ def experiment_renderables(experiments: list[dict[str, Any]], gap: bool = False)
 
 
 def summary_panel(findings: Findings) -> Panel:
+    """The summary of the findings as every report shows them: secrets redacted (a note or the
+    target's exception may quote the job's arguments or its output)."""
+    findings = findings.redacted()
     verdict = Text(verdict_text(findings.verdict), style=f"bold {VERDICT_STYLE.get(findings.verdict, '')}".strip())
     parts: list[RenderableType] = [verdict, Text(""), path_table(findings)]
     dep = findings.first_departure
