@@ -1,17 +1,18 @@
 """Writing a file the user named, safely when fieldguide runs as root in a shared directory.
 
 The file is written to a temporary file with an unpredictable name in the same directory, created
-exclusively (O_EXCL: a link planted there is never followed), then renamed over the target: a
-reader never sees half a file. A target that is a symbolic link, a device or anything else but a
+exclusively (O_EXCL: a link planted there is never followed), synced, then renamed over the
+target: a reader never sees half a file, and a full disk leaves the old one as it was. A target that is a symbolic link, a device or anything else but a
 regular file is refused (`refusal` says why, in one line): as root, `--report /dev/full` once
 renamed a file over the device node.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 
@@ -37,24 +38,54 @@ def refusal(path: Path) -> str | None:
     return None
 
 
+# A new file's mode before the umask (what open() gives it); a replaced file keeps its own.
+NEW_FILE_MODE = 0o666
+_TRIES = 100
+
+
+def _create_temporary(path: Path, mode: int) -> tuple[int, str]:
+    """An exclusively created file beside `path` with an unpredictable name (what mkstemp does,
+    with the mode given: mkstemp's is always 0600, which a new report should not be)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(_TRIES):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(tmp, flags, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no unused temporary name beside {path}")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_text(path: Path, text: str) -> Path:
     """Write `text` to `path` (UTF-8); UnsafePath for a path `refusal` refuses, else OSError as
-    the operating system reports it."""
+    the operating system reports it (ENOSPC: the disk is full), with the temporary file removed
+    and a file that was there untouched. A replaced file keeps its mode (0600 stays 0600); a new
+    one gets the umask's."""
     path = Path(path)
     why = refusal(path)
     if why is not None:
         raise UnsafePath(why)
     try:
-        mode: int | None = os.stat(path).st_mode
+        mode: int | None = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         mode = None
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # A replacement is 0600 until it has the old file's mode: never readable by more than it was.
+    fd, tmp = _create_temporary(path, NEW_FILE_MODE if mode is None else 0o600)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        if mode is not None:
-            os.chmod(tmp, stat.S_IMODE(mode))  # keep the replaced file's permissions
+        try:
+            _write_all(fd, text.encode("utf-8"))
+            if mode is not None:
+                os.fchmod(fd, mode)
+            os.fsync(fd)  # a full disk can show only here; renaming first would lose the old report
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
