@@ -125,11 +125,11 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
                 seconds += again.seconds
                 held_again = _holds(expect, again)
                 if held_again is not None:
+                    first = _plus_minus(close[0], measured, measurement.margins)
                     measurement, held = again, held_again
                     measured = {n: again.values.get(n) for n in names}
                     reasons.append(f"measured again over {again.seconds:.0f} s: the first window's "
-                                   f"{_plus_minus(close[0], measured, measurement.margins)} was within its "
-                                   "uncertainty of the threshold")
+                                   f"{first} was within its uncertainty of the threshold")
                     close = expect.straddles(again.values, again.margins)
             if close:
                 return NodeResult(node=node.id, status=SKIP, measured=measured, expected=expect.describe(),

@@ -67,6 +67,7 @@ def test_a_reading_within_its_margin_is_measured_again_over_twice_the_window(slo
     result = _node(walk, "input.data-wait")
     assert result.status == PASS and result.measured == {"data_wait_fraction": 0.04}
     assert "measured again over 12 s" in result.note
+    assert "the first window's data_wait_fraction 0.09 ± 0.03" in result.note  # the first, not the second
     assert walk.verdict == CLEAN
 
 
@@ -126,9 +127,23 @@ def test_uncertainty_of_shares_ratios_and_events():
     uneven = ratio_margin([0.0, 0.02] * 10, [0.1] * 20)
     assert uneven is not None and 0.01 < uneven < 0.1
     assert ratio_margin([0.01], [0.1]) is None
-    assert events_margin(0.14, 4) == pytest.approx(0.14)
+    assert events_margin(0.14, 4) == pytest.approx(0.035)
     assert sample_margins({"samples": 100, "data_wait_fraction": 0.5, "producer": "workers"}) == {
         "data_wait_fraction": pytest.approx(0.102, abs=1e-3)}
+
+
+def test_events_margin_holds_the_true_share_of_a_recurring_stall_whatever_the_window_phase():
+    """Epoch starts recur: a 0.8 s stall every 3 s is a share of 0.267; a window of any length and
+    phase that holds k starts reads k * 0.8 / window, and the margin must cover the truth."""
+    period, stall = 3.0, 0.8
+    truth = stall / period
+    for window in (4.0, 6.0, 9.5, 12.0, 30.0):
+        for phase in [i * period / 50 for i in range(50)]:
+            starts = sum(1 for n in range(100) if phase <= n * period < phase + window)
+            if not starts:
+                continue
+            read = starts * stall / window
+            assert abs(read - truth) <= events_margin(read, starts) + 1e-9, (window, phase, read)
 
 
 def test_margin_factor_and_oversubscribed():

@@ -32,6 +32,7 @@ def ratio_margin(parts: Sequence[float], wholes: Sequence[float]) -> float | Non
 
 
 def events_margin(share: float, events: int) -> float:
-    """± for a share made of `events` rare events in the window (epoch starts, checkpoints):
-    their count is the uncertain part (Poisson)."""
-    return 2.0 * share / math.sqrt(max(events, 1))
+    """± for a share made of `events` events that recur in the loop (epoch starts): they come
+    once a period, not at random, so a window holds one more or one fewer than its length's
+    due, whatever its phase; the count's uncertainty is one event's share."""
+    return share / max(events, 1)
