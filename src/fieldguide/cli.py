@@ -253,17 +253,9 @@ def _list_playbooks() -> int:
 
 
 def _render_saved(args: argparse.Namespace) -> int:
-    import json
+    from fieldguide.report import load_report, render
 
-    from fieldguide.report import Findings, render
-
-    try:
-        data = json.loads(args.path.read_text())
-        findings = Findings.from_json(data)
-    except OSError as err:
-        raise FieldguideError(f"cannot read {args.path}: {err.strerror}") from None
-    except (ValueError, KeyError, TypeError) as err:
-        raise FieldguideError(f"{args.path} is not a fieldguide JSON report ({err})") from None
+    findings = load_report(args.path)  # anything that is not a report (a 100,000-deep JSON): one line
     try:
         text = render(findings, args.format)
     except (KeyError, TypeError, ValueError) as err:

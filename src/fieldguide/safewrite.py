@@ -62,19 +62,49 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _kept_mode(path: Path) -> int | None:
+    """The permissions a replacement keeps: the old file's, when it is this user's own; without
+    set-id and sticky bits. Another user's file (`diag.json` planted 0666 in /tmp for root to
+    replace) gives None: the report is new, with the umask's mode."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if info.st_uid != os.geteuid():
+        return None
+    return stat.S_IMODE(info.st_mode) & 0o777
+
+
+def private_directory(path: Path) -> Path:
+    """A directory at `path` for fieldguide's output that only this user can have written to:
+    `path` itself when it is new (created 0700) or already this user's own real directory, not
+    writable by others; else a new one beside it with an unpredictable suffix. A link or another
+    user's directory planted at a name fieldguide derives from the report is never written into."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+        return path
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022:
+        return path
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"{path.name}-", dir=path.parent))
+
+
 def write_text(path: Path, text: str) -> Path:
     """Write `text` to `path` (UTF-8); UnsafePath for a path `refusal` refuses, else OSError as
     the operating system reports it (ENOSPC: the disk is full), with the temporary file removed
-    and a file that was there untouched. A replaced file keeps its mode (0600 stays 0600); a new
-    one gets the umask's."""
+    and a file that was there untouched. A replaced file of this user's keeps its mode (0600
+    stays 0600); a new one, or another user's replaced, gets the umask's."""
     path = Path(path)
     why = refusal(path)
     if why is not None:
         raise UnsafePath(why)
-    try:
-        mode: int | None = stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        mode = None
+    mode = _kept_mode(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # A replacement is 0600 until it has the old file's mode: never readable by more than it was.
     fd, tmp = _create_temporary(path, NEW_FILE_MODE if mode is None else 0o600)

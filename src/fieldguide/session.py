@@ -17,7 +17,8 @@ from typing import Any
 from fieldguide.coldstart import compile_spans, covered_seconds
 from fieldguide.engine import NodeResult, Walk
 from fieldguide.playbook import Playbook
-from fieldguide.probes.contention import describe, own_cpu_seconds, summarize
+from fieldguide.probes.contention import describe, summarize
+from fieldguide.probes.samplers import own_cpu_seconds
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
 from fieldguide.runner import ProbeRunner
 from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
@@ -46,7 +47,10 @@ def launch_env(playbook: Playbook, report: Path | None = None) -> dict[str, str]
     if not playbook.torch_trace or os.environ.get("TORCH_TRACE"):
         return {}
     if report is not None:
-        folder = report.with_name(f"{report.stem}-torch-trace")
+        # Beside the report, but never through a name someone else made first (a link, their folder).
+        from fieldguide.safewrite import private_directory
+
+        folder = private_directory(report.with_name(f"{report.stem}-torch-trace"))
     else:
         folder = Path(tempfile.mkdtemp(prefix="fieldguide-torch-trace-"))
     return {"TORCH_TRACE": str(folder.resolve())}

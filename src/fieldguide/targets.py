@@ -29,6 +29,7 @@ from fieldguide.agent.bootstrap import write_bootstrap
 from fieldguide.agent.channel import AgentConnection, AgentServer
 from fieldguide.agent.inside.capabilities.overrides import override_problems
 from fieldguide.errors import BadInput, TargetFailed
+from fieldguide.probes import samplers
 from fieldguide.watchdog import OWNER_ENV, Watchdog, claim, end_marked, new_token, sweep_leftovers
 
 LOG_LINES_KEPT = 400
@@ -181,8 +182,8 @@ class AttachTarget(Target):
         # process can be read.
         for flags in (["--nonblocking"], ["--nonblocking"], ["--nonblocking"], []):
             try:
-                done = subprocess.run([spy, "dump", "--pid", str(self._pid), *flags], capture_output=True,
-                                      text=True, timeout=15, env=dict(os.environ, RUST_BACKTRACE="0"))
+                done = samplers.run([spy, "dump", "--pid", str(self._pid), *flags], timeout=15,
+                                    env=dict(os.environ, RUST_BACKTRACE="0"))
             except subprocess.TimeoutExpired:
                 return
             if done.returncode == 0 or not self.alive():

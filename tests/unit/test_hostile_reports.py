@@ -264,7 +264,6 @@ def test_load_report_refuses_deep_json(tmp_path: Path, name: str) -> None:
         load_report(path)
 
 
-@pytest.mark.xfail(strict=True, reason="cli._render_saved parses the file itself: it should call report.load_report")
 def test_report_refuses_deep_json_in_one_line(tmp_path: Path) -> None:
     for name, text in DEEP.items():
         path = tmp_path / f"{name}.json"

@@ -215,7 +215,7 @@ def test_a_sampler_is_lowered_below_the_job(tmp_path):
     import subprocess
     import sys
 
-    from fieldguide.probes.contention import SAMPLER_NICE, lower_priority
+    from fieldguide.probes.samplers import SAMPLER_NICE, lower_priority
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:

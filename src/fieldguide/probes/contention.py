@@ -174,25 +174,3 @@ def describe(summary: dict[str, Any]) -> str:
     if load:
         said.append(f"load up to {load:.2g} per core")
     return ", ".join(said) + ": readings close to a threshold were measured longer or not judged"
-
-
-def own_cpu_seconds() -> float:
-    """CPU seconds fieldguide has used: its threads and the samplers it ran and reaped (py-spy)."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
-
-
-# fieldguide's samplers yield the CPU to the job: nice +10 weighs them a tenth of the job's
-# threads. Not SCHED_IDLE: on a machine whose cores the job fills, an idle-class sampler would
-# run only when a job thread blocks, and its samples would over-count the job's waiting.
-SAMPLER_NICE = 10
-
-
-def lower_priority(pid: int) -> None:
-    """Give a sampler fieldguide started (py-spy) a lower priority than the job; where that is
-    not allowed, it runs as it is."""
-    try:
-        current = os.getpriority(os.PRIO_PROCESS, pid)
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, max(current, 0) + SAMPLER_NICE))
-    except OSError:
-        pass

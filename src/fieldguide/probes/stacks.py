@@ -16,7 +16,6 @@ import ast
 import collections
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -27,7 +26,8 @@ from typing import Any
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
-from fieldguide.probes.contention import lower_priority
+from fieldguide.probes.samplers import lower_priority, reap
+from fieldguide.probes.samplers import stop as stop_samplers
 from fieldguide.probes.stackclass import (
     ANOMALY,
     BACKWARD,
@@ -401,19 +401,7 @@ def _stop(procs: Iterable[subprocess.Popen[str]], grace: float | None = None) ->
     Runs on every exit path (a finished window, cancel, an exception, Ctrl-C/SIGTERM) before
     the temporary directory goes, so no py-spy outlives the probe or writes into a deleted dir.
     """
-    running = [p for p in procs if p.poll() is None]
-    for p in running:
-        try:
-            p.send_signal(signal.SIGINT)
-        except OSError:
-            pass
-    deadline = time.monotonic() + (STOP_GRACE_S if grace is None else grace)
-    for p in running:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_samplers(procs, STOP_GRACE_S if grace is None else grace)
 
 
 def read_samples(texts: dict[str, str], pid: int) -> tuple[list[ThreadSample], list[ThreadSample]]:
@@ -447,7 +435,7 @@ def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait:
                     procs[kind] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
                                                    env=dict(os.environ, RUST_BACKTRACE="0"))
                 lower_priority(procs[kind].pid)
-            while any(p.poll() is None for p in procs.values()):
+            while any(reap(p) is None for p in procs.values()):
                 if cancelled_wait(0.2):
                     break  # _stop below sends SIGINT: py-spy writes what it has
                 tick()

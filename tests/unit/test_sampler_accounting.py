@@ -1,0 +1,39 @@
+"""fieldguide's own CPU (`self_cpu_s`) counts its samplers, never the job it launched and reaped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fieldguide.probes import samplers
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}:\n    pass\n"
+
+
+def test_a_reaped_job_is_not_fieldguides_cpu_and_a_reaped_sampler_is() -> None:
+    before = samplers.own_cpu_seconds()
+    job = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.6)])
+    job.wait()  # the launched job ends and is reaped the ordinary way
+    after_job = samplers.own_cpu_seconds()
+    assert after_job - before < 0.3  # os.times().children_* would have added the job's 0.6 s
+
+    sampler = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.4)])
+    assert samplers.wait(sampler, 30) == 0 and sampler.returncode == 0
+    assert sampler.poll() == 0  # Popen knows it is reaped
+    assert samplers.own_cpu_seconds() - after_job >= 0.35
+
+
+def test_run_captures_output_and_status_and_times_out() -> None:
+    done = samplers.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"],
+                        timeout=30)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        samplers.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def test_stop_interrupts_then_reaps() -> None:
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], text=True) for _ in range(2)]
+    samplers.stop(procs, grace=5)
+    assert all(p.returncode is not None for p in procs)
