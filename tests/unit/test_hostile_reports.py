@@ -348,3 +348,11 @@ def test_the_walk_says_a_full_disk_in_one_line(monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(FieldguideError, match=r"^cannot write the report to .*r\.json: No space left on device$"):
         headless.diagnose_headless("slow-training", None, ["python", "t.py"], report, None, None, show_output=False)
     assert report.read_text() == "the old report" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_the_tui_names_a_launched_target_with_its_secrets_redacted() -> None:
+    from fieldguide.tui.model import TargetSpec
+
+    spec = TargetSpec(pid=None, cmd=["python", "train.py", "--api-key", "s3cr3tvalue", "--db=redis://:pw@h:6379"])
+    shown = spec.describe()
+    assert "s3cr3tvalue" not in shown and ":pw@" not in shown and "train.py" in shown

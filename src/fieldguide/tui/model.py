@@ -45,7 +45,9 @@ class TargetSpec:
             return self.label
         if self.pid is not None:
             return f"pid {self.pid}"
-        return " ".join(self.cmd)
+        from fieldguide.report.redact import redact_argv  # a screen may be shared or recorded
+
+        return " ".join(redact_argv(list(self.cmd)))
 
 
 @dataclass
