@@ -8,6 +8,7 @@ the others waiting; a communication-bound job as every rank waiting alike. Pure:
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -29,6 +30,7 @@ class RankStats:
     steps_per_s: float | None = None
     run_queue: float | None = None  # fraction of the time runnable but waiting for a CPU (the node's cores busy)
     verdict: str = ""  # this rank's own reading, filled by compare()
+    wait_margin: float | None = None  # ± of collective_wait, from its window (samples or steps' spread)
 
     @property
     def own_ms(self) -> float | None:
@@ -43,6 +45,7 @@ class RankStats:
 
     def row(self) -> dict[str, Any]:
         row = asdict(self)
+        row.pop("wait_margin")  # in the measurement's margins, not the report's rank rows
         row["own_ms"] = None if self.own_ms is None else round(self.own_ms, 3)
         for key in ("step_ms",):
             row[key] = None if row[key] is None else round(row[key], 3)
@@ -141,6 +144,26 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
     if queues:
         values["run_queue_max"] = round(max(queues), 4)
     return values
+
+
+def compare_margins(ranks: list[RankStats], values: dict[str, Any]) -> dict[str, float]:
+    """± of the values `compare` gave, from each rank's wait margin (independent windows, so
+    they add in quadrature): a healthy job whose ranks' readings wobble past a threshold is
+    measured again, not named a straggler (engine.judge). Empty where a rank has no margin."""
+    measured = [r for r in ranks if r.own_share is not None]
+    slowest = next((r for r in measured if r.rank == values.get("slowest_rank")), None)
+    if slowest is None or any(r.wait_margin is None for r in measured):
+        return {}
+    others = [r for r in measured if r is not slowest]
+    least = min(others, key=lambda r: r.collective_wait or 0.0)  # others_wait_fraction's rank
+    m_slow, m_other = slowest.wait_margin or 0.0, least.wait_margin or 0.0
+    found = {"others_wait_fraction": m_other, "wait_gap": math.hypot(m_slow, m_other),
+             "comm_fraction_mean": math.sqrt(sum((r.wait_margin or 0.0) ** 2 for r in measured)) / len(measured)}
+    ratio = values.get("own_work_ratio")
+    own_slow, own_other = 1.0 - (slowest.collective_wait or 0.0), 1.0 - (least.collective_wait or 0.0)
+    if isinstance(ratio, (int, float)) and own_slow > 0 and own_other > 0:
+        found["own_work_ratio"] = ratio * math.hypot(m_slow / own_slow, m_other / own_other)
+    return {name: round(margin, 4) for name, margin in found.items()}
 
 
 def work_values(measured: list[RankStats], slowest: RankStats) -> dict[str, Any]:

@@ -236,3 +236,79 @@ def test_a_rank_that_waits_for_a_cpu_says_so_in_its_verdict() -> None:
     assert ranks[0].verdict.endswith("25% of its time runnable, waiting for a CPU (the node's cores are busy)")
     assert "waiting for a CPU" not in ranks[1].verdict
     assert ranks[0].row()["run_queue"] == 0.25
+
+
+# --- margins: a healthy job's readings that wobble past a threshold are measured again --------------
+
+def test_rank_margins_add_each_ranks_wait_margin_in_quadrature():
+    from fieldguide.ranks import compare_margins
+
+    ranks = [RankStats(rank=0, pid=1, host="h", steps=0, step_ms=None, data_wait=0.0, collective_wait=0.20,
+                       wait_margin=0.06),
+             RankStats(rank=1, pid=2, host="h", steps=0, step_ms=None, data_wait=0.0, collective_wait=0.46,
+                       wait_margin=0.08)]
+    values = compare(ranks)
+    margins = compare_margins(ranks, values)
+    assert values["slowest_rank"] == 0
+    assert margins["others_wait_fraction"] == pytest.approx(0.08)
+    assert margins["wait_gap"] == pytest.approx(0.1)
+    assert margins["comm_fraction_mean"] == pytest.approx(0.05)
+    # (1 - 0.2) / (1 - 0.46) = 1.48; its relative margin from both own shares
+    assert margins["own_work_ratio"] == pytest.approx(1.4815 * ((0.06 / 0.8) ** 2 + (0.08 / 0.54) ** 2) ** 0.5, rel=1e-3)
+    ranks[1].wait_margin = None  # a rank without a margin: none claimed for the comparison
+    assert compare_margins(ranks, values) == {}
+    assert "wait_margin" not in ranks[0].row()
+
+
+def test_a_ranks_wait_from_outside_carries_its_sampling_margin():
+    from fieldguide.probes.dist import collective_margin, waited_share
+
+    m = Measurement(probe="stacks.sample", values={"samples": 80}, evidence={"main_categories": {
+        "collective": {"samples": 30, "on_cpu": 2}, "compute": {"samples": 50, "on_cpu": 48}}})
+    waited, margin = waited_share(m, off_cpu=0.4)
+    assert waited == pytest.approx(0.4 * 28 / 30)
+    assert 0.0 < margin < 0.15
+    fewer = Measurement(probe="stacks.sample", values={"samples": 8}, evidence={"main_categories": {
+        "collective": {"samples": 3, "on_cpu": 0}, "compute": {"samples": 5, "on_cpu": 5}}})
+    assert waited_share(fewer, off_cpu=0.4)[1] > margin  # fewer idle samples, wider
+    even = [[10.0 + i * 0.1, 0.06, 0.0] for i in range(20)]
+    assert collective_margin(even, 10.0, 12.0) == pytest.approx(0.0)
+    uneven = [[10.0 + i * 0.1, 0.02 + 0.08 * (i % 2), 0.0] for i in range(20)]
+    assert 0.0 < collective_margin(uneven, 10.0, 12.0) < 0.2
+    assert collective_margin(even[:2], 10.0, 12.0) is None
+
+
+def test_a_healthy_job_read_once_as_a_straggler_is_measured_again_and_not_named():
+    """Two ranks filling a busy box: one window reads rank 0's own work 1.35x the other's with both
+    past the wait thresholds (as 3 of 12 attached walks once did); within its margin, the node
+    measures again over twice the window, which reads the ranks alike."""
+    playbook = find_playbook("slow-training")
+    windows = []
+
+    def measure(option):
+        if option.probe != "dist.ranks":
+            return Measurement(probe=option.probe, values={"trains": True})
+        windows.append(option.params.get("seconds"))
+        if len(windows) == 1:
+            return Measurement(probe="dist.ranks", values={**dist_measurement().values, "own_work_ratio": 1.35,
+                               "others_wait_fraction": 0.46, "wait_gap": 0.27, "comm_fraction_mean": 0.33},
+                               margins={"own_work_ratio": 0.2, "others_wait_fraction": 0.08, "wait_gap": 0.11,
+                                        "comm_fraction_mean": 0.05})
+        return dist_measurement(own_work_ratio=1.05, others_wait_fraction=0.3, wait_gap=0.03,
+                                comm_fraction_mean=0.2)
+
+    walk = Walk(playbook, lambda: {"process"}, measure)
+    result = walk.run_node("dist.ranks")
+    assert result.status == "pass" and "measured again" in result.note
+    assert windows[:2] == [None, 8.0]
+
+
+def test_a_straggler_clear_of_its_margins_is_named_at_once():
+    playbook = find_playbook("slow-training")
+    walk = Walk(playbook, lambda: {"process"}, lambda option: Measurement(
+        probe="dist.ranks", values={**dist_measurement().values, "own_work_ratio": 2.4, "others_wait_fraction": 0.6,
+                                    "wait_gap": 0.5, "slowest_rank": 1},
+        margins={"own_work_ratio": 0.3, "others_wait_fraction": 0.08, "wait_gap": 0.11})
+        if option.probe == "dist.ranks" else Measurement(probe=option.probe, values={"trains": True}))
+    result = walk.run_node("dist.ranks")
+    assert result.status == "depart" and "measured again" not in result.note

@@ -19,7 +19,8 @@ from typing import Any
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
-from fieldguide.ranks import RankStats, collective_fraction, compare
+from fieldguide.probes.uncertainty import ratio_margin, share_margin
+from fieldguide.ranks import RankStats, collective_fraction, compare, compare_margins
 
 # Each rank sampled twice (idle and on-CPU): 80 samples each in 4 s. At 10 Hz one rank's share of
 # the wait moved by up to 0.15 between windows; non-blocking py-spy at 20 Hz costs a job nothing measurable.
@@ -78,14 +79,16 @@ class RankComparison(Probe):
         for conn in conns:
             steps = list(conn.steps)
             loop, _ = loop_values(steps, conn.iters, started, end, conn.steps_total - len(steps))
-            waited, _ = collective_fraction(list(conn.stream("collectives", "steps").items), started, end)
+            collectives = list(conn.stream("collectives", "steps").items)
+            waited, _ = collective_fraction(collectives, started, end)
             window = [r for r in steps if started <= r[0] <= end]
             elements = [r[11] for r in window if len(r) > 11 and r[11]]
             stats.append(RankStats(rank=conn.rank, pid=conn.pid, host=host, steps=loop.get("steps") or 0,
                                    step_ms=loop.get("step_ms_median"), data_wait=loop.get("data_wait_fraction"),
                                    collective_wait=waited, producer_cpu=loop.get("producer_cpu_fraction"),
                                    batch_elements=statistics.median(elements) if elements else None,
-                                   steps_per_s=len(window) / (end - started) if window else None))
+                                   steps_per_s=len(window) / (end - started) if window else None,
+                                   wait_margin=collective_margin(collectives, started, end)))
         measured = self._judged(stats, world, time.monotonic() - started,
                                 f"agent in each rank, {seconds:.0f} s window: steps from the loop hooks, collectives "
                                 "timed around torch.distributed calls and, with CPU tensors, the off-CPU part of "
@@ -119,13 +122,13 @@ class RankComparison(Probe):
                 stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0,
                                        step_ms=None, data_wait=None, collective_wait=None))
                 continue
-            waited = waited_share(m, off_cpu.get(rank["rank"]))
+            waited, margin = waited_share(m, off_cpu.get(rank["rank"]))
             # No step times from outside: ranks in lockstep share one step length, so each rank's
             # sampled shares are compared (its own work = the part it is not waiting).
             stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0, step_ms=None,
                                    data_wait=m.values.get("data_wait_fraction"),
                                    collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction"),
-                                   run_queue=queued.get(rank["rank"])))
+                                   run_queue=queued.get(rank["rank"]), wait_margin=margin))
         return self._judged(stats, max(r["world_size"] for r in ranks), time.monotonic() - started,
                             f"each rank's main-thread CPU and run-queue time (/proc schedstat, else psutil's CPU time) and "
                             f"py-spy ({seconds:.0f} s at {RANK_SAMPLE_HZ} Hz, --idle and on-CPU): the time off the CPU, in "
@@ -165,6 +168,7 @@ class RankComparison(Probe):
     def _judged(self, stats: list[RankStats], world: int, seconds: float, provenance: str) -> Measurement:
         values = compare(stats)
         values["world_size"] = world
+        margins = compare_margins(stats, values)
         missing = {}
         if values.get("ranks_measured", 0) < 2:
             missing["own_work_ratio"] = f"fewer than 2 of {world} ranks measured ({len(stats)} found)"
@@ -172,7 +176,7 @@ class RankComparison(Probe):
             missing["work_ratio"] = ("each rank's batch is read by the agent from its forward's inputs (launch mode)"
                                      if all(s.step_ms is None for s in stats) else "a rank's forward took no tensor")
         rows = [s.row() for s in sorted(stats, key=lambda s: s.rank)]
-        return self.measurement(values=values, missing=missing, seconds=seconds, provenance=provenance,
+        return self.measurement(values=values, missing=missing, seconds=seconds, provenance=provenance, margins=margins,
                                 evidence={"ranks": rows, "table": [
                                     {"rank": r["rank"], "pid": r["pid"], "step_ms": r["step_ms"],
                                      "data_wait": r["data_wait"], "collective_wait": r["collective_wait"],
@@ -231,11 +235,11 @@ def main_thread_cpu(pid: int) -> float | None:
     return None
 
 
-def waited_share(m: Measurement, off_cpu: float | None) -> float:
-    """A rank's wait for the others, from outside: the share of its time its main thread was off
-    the CPU (exact, from its CPU time), times the share of its idle samples inside
-    torch.distributed or backward() (where DDP waits for the other ranks' gradients). Without the
-    CPU time, the idle samples alone."""
+def waited_share(m: Measurement, off_cpu: float | None) -> tuple[float, float]:
+    """A rank's wait for the others, from outside, and its ±: the share of its time its main
+    thread was off the CPU (exact, from its CPU time), times the share of its idle samples inside
+    torch.distributed or backward() (where DDP waits for the other ranks' gradients; binomial in
+    the idle samples). Without the CPU time, the idle samples alone."""
     from fieldguide.probes.stackclass import BACKWARD, COLLECTIVE
 
     categories = m.evidence.get("main_categories", {})
@@ -243,6 +247,18 @@ def waited_share(m: Measurement, off_cpu: float | None) -> float:
     in_collectives = idle.get(COLLECTIVE, 0) + idle.get(BACKWARD, 0)
     total_idle = sum(idle.values())
     if off_cpu is not None and total_idle:
-        return float(min(off_cpu * in_collectives / total_idle, 1.0))
+        share = in_collectives / total_idle
+        return float(min(off_cpu * share, 1.0)), off_cpu * share_margin(share, total_idle)
     total = m.values.get("samples") or 0
-    return float(min(in_collectives / total, 1.0)) if total else 0.0
+    if not total:
+        return 0.0, 1.0
+    return float(min(in_collectives / total, 1.0)), share_margin(in_collectives / total, total)
+
+
+def collective_margin(rows: list[list[Any]], window_start: float, window_end: float) -> float | None:
+    """± of `collective_fraction` over the same rows: the steps' own spread (a ratio estimator)."""
+    chosen = [r for r in rows if window_start <= r[0] <= window_end]
+    if len(chosen) < 3:
+        return None
+    spans = [b[0] - a[0] for a, b in zip(chosen, chosen[1:], strict=False)]
+    return ratio_margin([r[1] + r[2] for r in chosen[1:]], spans)
