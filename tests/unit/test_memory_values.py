@@ -283,3 +283,52 @@ def test_the_floor_of_each_second_drops_the_spikes_of_temporaries() -> None:
     assert len(bins_t) == 10 and all(y < 300 * MB + 11 * MB for y in bins_y)  # no spike survives
     g = growth(bins_t, bins_y)
     assert g is not None and g.r2 > 0.95 and sustained_rate(g) == pytest.approx(MB, rel=0.1)
+
+
+# --- the outside growth reading's margin: an unevenly growing leak is not called flat --------------
+
+def test_a_flat_floor_has_no_margin_and_a_steady_leak_a_small_one() -> None:
+    from fieldguide.probes.memfit import growth_margin
+
+    ts = [float(t) for t in range(10)]
+    flat = growth(ts, [500.0 * MB] * 10)
+    assert flat is not None and sustained_rate(flat) == 0.0 and growth_margin(flat) == 0.0
+    steady = growth(ts, [500.0 * MB + t * 2 * MB + (0.1 * MB if t % 2 else 0.0) for t in range(10)])
+    assert steady is not None and steady.sustained
+    assert 0.0 < growth_margin(steady) < 0.2 * steady.slope
+
+
+def test_a_leak_starved_for_part_of_its_window_reads_zero_but_with_a_margin_past_the_threshold() -> None:
+    """A leak whose job got no CPU for most of a 10 s window on a busy box: its floor
+    climbs, stalls, climbs; the thirds are not strictly rising, so the reading is 0. Its margin
+    reaches past the playbook's 10 MB/min, so the node measures again rather than passing."""
+    from fieldguide.probes.memfit import growth_margin
+
+    ts = [float(t) for t in range(10)]
+    # 1.6 MB in its first second, nothing for six, then 0.8 MB a second: the first two thirds' medians tie.
+    climb = [0.0, 1.6, 1.6, 1.6, 1.6, 1.6, 1.6, 1.6, 2.4, 3.2]
+    stalled = growth(ts, [500.0 * MB + c * MB for c in climb])
+    assert stalled is not None and sustained_rate(stalled) == 0.0
+    assert growth_margin(stalled) * 60 / MB > 10.0
+
+
+def test_the_engine_measures_a_zero_growth_with_a_wide_margin_again() -> None:
+    from fieldguide.engine import Walk
+    from fieldguide.measurement import Measurement
+
+    playbook = find_playbook("oom")
+    windows = []
+
+    def measure(option: Any) -> Measurement:
+        if option.probe != "memory.growth.outside":
+            return Measurement.cannot(option.probe, "not here")
+        windows.append(option.params.get("seconds"))
+        if len(windows) == 1:
+            return Measurement(probe=option.probe, values={"growth_mb_per_min": 0.0},
+                               margins={"growth_mb_per_min": 30.0})
+        return Measurement(probe=option.probe, values={"growth_mb_per_min": 24.0},
+                           margins={"growth_mb_per_min": 3.0})
+
+    walk = Walk(playbook, lambda: {"process"}, measure)
+    result = walk.run_node("memory.growth")
+    assert result.status == "depart" and windows == [None, 20.0], (result, windows)

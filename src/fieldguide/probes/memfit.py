@@ -23,6 +23,7 @@ class Growth:
     sustained: bool  # each third of the window sits higher than the one before
     total: float  # bytes from the first third's median to the last third's
     points: int
+    slope_se: float = 0.0  # the slope's standard error (the points' scatter about the line)
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -54,7 +55,29 @@ def growth(xs: Sequence[float], ys: Sequence[float]) -> Growth | None:
     third = len(ys) // 3
     parts = [median(ys[:third]), median(ys[third:2 * third]), median(ys[2 * third:])]
     a, b, c = (float(p or 0.0) for p in parts)
-    return Growth(slope=slope, r2=r2, sustained=a < b < c and r2 >= MIN_R2, total=c - a, points=len(xs))
+    return Growth(slope=slope, r2=r2, sustained=a < b < c and r2 >= MIN_R2, total=c - a, points=len(xs),
+                  slope_se=slope_error(xs, ys, slope))
+
+
+def slope_error(xs: Sequence[float], ys: Sequence[float], slope: float) -> float:
+    """The least-squares slope's standard error: the residuals' spread over the xs' spread."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if n < 3 or sxx == 0:
+        return 0.0
+    residual = sum((y - my - slope * (x - mx)) ** 2 for x, y in zip(xs, ys, strict=True))
+    return float((residual / (n - 2) / sxx) ** 0.5)
+
+
+def growth_margin(g: Growth) -> float:
+    """± of `sustained_rate(g)` (bytes per unit of x). A sustained trend: two standard errors. An
+    uneven one reads 0, but a leak whose job was starved for part of the window (a busy machine)
+    rises unevenly too: the truth may be anywhere up to the fitted slope and its error, so a
+    reading of 0 near a threshold is measured again over a longer window, not called clean."""
+    if g.sustained:
+        return 2.0 * g.slope_se
+    return max(g.slope, 0.0) + 2.0 * g.slope_se
 
 
 def floors(ts: Sequence[float], ys: Sequence[float], width: float = 1.0) -> tuple[list[float], list[float]]:

@@ -12,7 +12,7 @@ from fieldguide.agent.inside import memread
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_GPU, NEEDS_PROCESS, Probe, ProbeContext
-from fieldguide.probes.memfit import MB, floors, growth, mb, sustained_rate, tightest
+from fieldguide.probes.memfit import MB, floors, growth, growth_margin, mb, sustained_rate, tightest
 
 SAMPLE_HZ = 5.0
 
@@ -94,12 +94,14 @@ class MemoryGrowthOutside(Probe):
                                   "uss_mb": mb(uss_last), "uss_grew_mb": mb(uss_last - uss_first)
                                   if uss_first is not None and uss_last is not None else None}
         missing: dict[str, str] = {}
+        margins: dict[str, float] = {}
         if trend is None:
             missing["growth_mb_per_min"] = f"{len(used)} samples: too few to fit a trend"
         else:
             values["growth_mb_per_min"] = round((sustained_rate(trend) or 0.0) * 60 / MB, 2)
             values["growth_fit_r2"] = round(trend.r2, 3)
             values["grew_mb"] = round(trend.total / MB, 1)
+            margins["growth_mb_per_min"] = round(growth_margin(trend) * 60 / MB, 2)
         gpu.close()
         gpu_trend = growth(gpu.ts, gpu.used)
         if gpu_trend is not None:
@@ -109,8 +111,9 @@ class MemoryGrowthOutside(Probe):
             if trend is None or gpu_rate > values["growth_mb_per_min"]:
                 values.update(growth_mb_per_min=gpu_rate, growth_fit_r2=round(gpu_trend.r2, 3),
                               grew_mb=round(gpu_trend.total / MB, 1), memory_kind="GPU memory of the job (NVML)")
+                margins["growth_mb_per_min"] = round(growth_margin(gpu_trend) * 60 / MB, 2)
                 missing.pop("growth_mb_per_min", None)
-        return self.measurement(values=values, missing=missing, evidence={"rss": [round(u) for u in used],
+        return self.measurement(values=values, missing=missing, margins=margins, evidence={"rss": [round(u) for u in used],
                                                                           "gpu_used": [round(u) for u in gpu.used]},
                                 seconds=time.monotonic() - started,
                                 provenance=f"psutil memory_info().rss of the job at {SAMPLE_HZ:.0f} Hz plus its workers' USS "
