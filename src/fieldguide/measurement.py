@@ -35,6 +35,9 @@ class Measurement:
     # A value's uncertainty (name -> ± in the value's unit), where the probe can state it: the
     # engine re-measures or declines to judge a reading that close to its threshold.
     margins: dict[str, float] = field(default_factory=dict)
+    # The margins already weigh the window's contention (the probe read it itself): the runner
+    # does not widen them again.
+    contention_in_margins: bool = False
 
     @property
     def ok(self) -> bool:

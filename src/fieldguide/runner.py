@@ -121,7 +121,7 @@ class ProbeRunner:
         measurement.contention = reading
         self.windows.append(reading)
         # A share of a step the job spent waiting for a core is less certain than its samples say.
-        factor = margin_factor(reading)
+        factor = 1.0 if measurement.contention_in_margins else margin_factor(reading)
         measurement.margins = {name: round(m * factor, 4) for name, m in measurement.margins.items()}
         for name, value in reading.items():
             measurement.values.setdefault(name, value)

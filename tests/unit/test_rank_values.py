@@ -312,3 +312,44 @@ def test_a_straggler_clear_of_its_margins_is_named_at_once():
         if option.probe == "dist.ranks" else Measurement(probe=option.probe, values={"trains": True}))
     result = walk.run_node("dist.ranks")
     assert result.status == "depart" and "measured again" not in result.note
+
+
+def test_run_queue_time_behind_other_processes_is_no_wait_for_the_ranks():
+    """A healthy 2-rank job beside a busy core once read 51% and 47% 'in collectives' with 40% of
+    each rank's time in the run queue, and was named communication-bound. The run-queue time
+    spent behind processes that are not the job's is taken out of the wait, and a quarter of it
+    is in the margin."""
+    from fieldguide.probes.contention import foreign_share
+    from fieldguide.probes.dist import waited_share
+
+    m = Measurement(probe="stacks.sample", values={"samples": 80}, evidence={"main_categories": {
+        "collective": {"samples": 45, "on_cpu": 5}, "compute": {"samples": 35, "on_cpu": 35}}})
+    alone, alone_margin = waited_share(m, off_cpu=0.51)
+    busy, busy_margin = waited_share(m, off_cpu=0.51, behind_others=0.40 * 0.45)
+    assert alone == pytest.approx(0.51)
+    assert busy == pytest.approx(0.33) and busy_margin > alone_margin + 0.03
+    # 10 s of the box busy, 5.5 of them the job's: 45% was someone else's
+    assert foreign_share(100.0, 105.5, 1000.0, 1010.0) == pytest.approx(0.45)
+    assert foreign_share(100.0, 105.5, None, 1010.0) is None
+    assert foreign_share(100.0, 112.0, 1000.0, 1010.0) == 0.0  # the job's threads read more than the box: none
+
+
+def test_the_runner_does_not_widen_margins_a_probe_weighed_against_contention_itself():
+    from fieldguide.probes.contention import margin_factor
+
+    assert margin_factor({"cpu_wait_fraction": 0.4}) > 2
+    m = Measurement(probe="dist.ranks", values={}, margins={"wait_gap": 0.1}, contention_in_margins=True)
+
+    class Window:
+        def finish(self):
+            return {"cpu_wait_fraction": 0.4}
+
+    from fieldguide.runner import ProbeRunner
+
+    runner = ProbeRunner.__new__(ProbeRunner)
+    runner.windows = []
+    runner._record_contention(m, Window())
+    assert m.margins == {"wait_gap": 0.1}
+    other = Measurement(probe="stacks.sample", values={}, margins={"x": 0.1})
+    runner._record_contention(other, Window())
+    assert other.margins["x"] == pytest.approx(0.1 * margin_factor({"cpu_wait_fraction": 0.4}))

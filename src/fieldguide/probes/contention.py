@@ -89,6 +89,31 @@ def _wait_share(before: dict[tuple[int, int], tuple[int, int]],
     return min(max(shares), 1.0) if shares and wall_ns > 0 else None
 
 
+def box_busy_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy (all cores, steal left out), from /proc/stat."""
+    times = _cpu_times()
+    if times is None:
+        return None
+    total, idle, steal = times
+    return (total - idle - steal) / (os.sysconf("SC_CLK_TCK") or 100)
+
+
+def tree_cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds of every thread of these processes and their descendants (schedstat)."""
+    tree = sorted({p for pid in pids for p in _tree(pid)})
+    return sum(on_cpu for on_cpu, _ in _schedstat(tree).values()) / 1e9
+
+
+def foreign_share(job_before: float, job_after: float, box_before: float | None,
+                  box_after: float | None) -> float | None:
+    """Of the CPU time the machine was busy in a window, the share that was not the job's (other
+    users' processes, fieldguide's samplers): the part of a job thread's run-queue wait spent
+    behind them, not behind the job's own threads. None where /proc/stat was not read."""
+    if box_before is None or box_after is None or box_after <= box_before:
+        return None
+    return min(max(1.0 - (job_after - job_before) / (box_after - box_before), 0.0), 1.0)
+
+
 @dataclass
 class _Snapshot:
     cpu: tuple[int, int, int] | None

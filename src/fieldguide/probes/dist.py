@@ -25,6 +25,9 @@ from fieldguide.ranks import RankStats, collective_fraction, compare, compare_ma
 # Each rank sampled twice (idle and on-CPU): 80 samples each in 4 s. At 10 Hz one rank's share of
 # the wait moved by up to 0.15 between windows; non-blocking py-spy at 20 Hz costs a job nothing measurable.
 RANK_SAMPLE_HZ = 20
+# Of the run-queue time taken out of a rank's wait as spent behind other processes, the share
+# added to its margin (waited_share).
+SPLIT_UNCERTAINTY = 0.25
 SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
           "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
 
@@ -42,7 +45,7 @@ class RankComparison(Probe):
               "comm_fraction_mean": "fraction",
               "slowest_data_wait": "fraction", "slowest_producer_cpu": "fraction", "slowest_reading": "",
               "step_ms_median": "ms", "work_ratio": "x", "slowest_has_most_work": "", "step_rate_ratio": "x",
-              "run_queue_max": "fraction"}
+              "run_queue_max": "fraction", "foreign_cpu_share": "fraction"}
 
     def run(self, ctx: ProbeContext, seconds: float = 4.0) -> Measurement:
         agent = getattr(ctx.target, "agent", None)
@@ -103,10 +106,15 @@ class RankComparison(Probe):
         started = time.monotonic()
         seconds = max(2.0, min(seconds, ctx.budget_left))
         self.reading(ctx, elapsed=0.0, of=seconds, status=f"sampling {len(ranks)} ranks with py-spy")
+        from fieldguide.probes.contention import box_busy_seconds, foreign_share, tree_cpu_seconds
+
+        pids = [r["pid"] for r in ranks]
         times_before = {r["rank"]: main_thread_times(r["pid"]) for r in ranks}
+        job_before, box_before = tree_cpu_seconds(pids), box_busy_seconds()
         wall_before = time.monotonic()
         results = self._sample_ranks(ctx, ranks, seconds)
         wall = time.monotonic() - wall_before
+        foreign = foreign_share(job_before, tree_cpu_seconds(pids), box_before, box_busy_seconds())
         off_cpu: dict[int, float] = {}
         queued: dict[int, float] = {}
         for r in ranks:
@@ -122,19 +130,26 @@ class RankComparison(Probe):
                 stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0,
                                        step_ms=None, data_wait=None, collective_wait=None))
                 continue
-            waited, margin = waited_share(m, off_cpu.get(rank["rank"]))
+            behind_others = (queued.get(rank["rank"]) or 0.0) * (foreign or 0.0)
+            waited, margin = waited_share(m, off_cpu.get(rank["rank"]), behind_others)
             # No step times from outside: ranks in lockstep share one step length, so each rank's
             # sampled shares are compared (its own work = the part it is not waiting).
             stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0, step_ms=None,
                                    data_wait=m.values.get("data_wait_fraction"),
                                    collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction"),
                                    run_queue=queued.get(rank["rank"]), wait_margin=margin))
-        return self._judged(stats, max(r["world_size"] for r in ranks), time.monotonic() - started,
+        measured = self._judged(stats, max(r["world_size"] for r in ranks), time.monotonic() - started,
                             f"each rank's main-thread CPU and run-queue time (/proc schedstat, else psutil's CPU time) and "
                             f"py-spy ({seconds:.0f} s at {RANK_SAMPLE_HZ} Hz, --idle and on-CPU): the time off the CPU, in "
                             "the share of idle samples inside torch.distributed or backward(), is the wait for the other "
                             "ranks (the run-queue time is shown per rank); shares of each rank's time (step times "
                             "need the agent: launch mode)")
+        if foreign is not None:
+            measured.values["foreign_cpu_share"] = round(foreign, 3)
+            measured.provenance += (f"; {foreign:.0%} of the machine's busy CPU was not the job's: that share of each "
+                                    "rank's run-queue time is waiting behind other processes, not for the other ranks")
+        measured.contention_in_margins = foreign is not None
+        return measured
 
     def _sample_ranks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> dict[int, Measurement]:
         """Each rank's stack shares. Ranks of one launcher are sampled through it, one pair of
@@ -235,11 +250,18 @@ def main_thread_cpu(pid: int) -> float | None:
     return None
 
 
-def waited_share(m: Measurement, off_cpu: float | None) -> tuple[float, float]:
+def waited_share(m: Measurement, off_cpu: float | None, behind_others: float = 0.0) -> tuple[float, float]:
     """A rank's wait for the others, from outside, and its ±: the share of its time its main
     thread was off the CPU (exact, from its CPU time), times the share of its idle samples inside
     torch.distributed or backward() (where DDP waits for the other ranks' gradients; binomial in
-    the idle samples). Without the CPU time, the idle samples alone."""
+    the idle samples). Without the CPU time, the idle samples alone.
+
+    `behind_others`: the share of its time it sat runnable behind processes that are not the
+    job's (a busy machine). Run-queue time behind the job's own threads stays in the wait (with
+    gloo, the communication's threads take the cores the main thread waits for); behind another
+    user's job it is no wait for the ranks, and is taken out. The split is by CPU share: the
+    scheduler shares a core evenly among runnable threads of equal priority (the job's, another
+    user's), not exactly; a quarter of what is taken out is added to the margin."""
     from fieldguide.probes.stackclass import BACKWARD, COLLECTIVE
 
     categories = m.evidence.get("main_categories", {})
@@ -248,7 +270,9 @@ def waited_share(m: Measurement, off_cpu: float | None) -> tuple[float, float]:
     total_idle = sum(idle.values())
     if off_cpu is not None and total_idle:
         share = in_collectives / total_idle
-        return float(min(off_cpu * share, 1.0)), off_cpu * share_margin(share, total_idle)
+        away = max(off_cpu - behind_others, 0.0)
+        margin = away * share_margin(share, total_idle) + SPLIT_UNCERTAINTY * min(behind_others, off_cpu) * share
+        return float(min(away * share, 1.0)), margin
     total = m.values.get("samples") or 0
     if not total:
         return 0.0, 1.0
