@@ -585,3 +585,28 @@ def test_a_request_answered_before_its_thread_is_kept_is_still_its_reply() -> No
     assert fast.result(timeout=5) == "reply"
     never = Background("t", lambda: time.sleep(0.5) or "late")
     assert never.result(timeout=0.01) is None
+
+
+def test_a_request_that_raises_is_said_not_lost_with_its_thread() -> None:
+    """memory.growth kept its reply in a list the thread appended to: a request that raised left
+    it empty, and the probe failed with IndexError instead of the request's own error."""
+    from types import SimpleNamespace
+
+    from fieldguide.probes.loop import Background
+    from fieldguide.probes.memory import MemoryGrowth
+
+    def boom() -> None:
+        raise ConnectionError("the agent went away")
+
+    failed = Background("t", boom)
+    assert failed.result(timeout=5) is None and isinstance(failed.error, ConnectionError)
+
+    probe = MemoryGrowth()
+    conn = SimpleNamespace(steps=[], stream=lambda *a: SimpleNamespace(items=[]))
+    probe.connection = lambda ctx: conn  # type: ignore[method-assign]
+    probe.hook_failures = lambda ctx, c: []  # type: ignore[method-assign]
+    probe.ask = lambda ctx, params, timeout, name: boom()  # type: ignore[method-assign]
+    probe.reading = lambda ctx, **kw: None  # type: ignore[method-assign]
+    ctx = SimpleNamespace(budget_left=30.0)
+    m = probe.run(ctx, seconds=1.0)  # type: ignore[arg-type]
+    assert not m.ok and "ConnectionError: the agent went away" in (m.unavailable or "")

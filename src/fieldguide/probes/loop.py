@@ -209,14 +209,26 @@ class Background:
 
     def __init__(self, name: str, ask: Callable[[], Any]) -> None:
         self._reply: Any = None
+        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(ask,), name=name, daemon=True)
         self._thread.start()
 
     def _run(self, ask: Callable[[], Any]) -> None:
-        self._reply = ask()
+        try:
+            self._reply = ask()
+        except Exception as err:  # the caller reads it from `error`; nothing is lost with the thread
+            self._error = err
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def error(self) -> BaseException | None:
+        """What the request raised instead of replying, if it did."""
+        return self._error
 
     def result(self, timeout: float) -> Any:
-        """The reply, or None if none came within `timeout` seconds."""
+        """The reply, or None if none came within `timeout` seconds or the request raised."""
         self._thread.join(timeout=timeout)
         return self._reply
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from typing import Any
 
@@ -12,6 +11,7 @@ from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext
+from fieldguide.probes.loop import Background
 from fieldguide.probes.memfit import MB, growth, mb, shares, sustained_rate, tightest
 from fieldguide.probes.stats import median
 
@@ -106,16 +106,18 @@ class MemoryGrowth(AgentProbe):
         step_s = median([row[1] for row in list(conn.steps)[-20:]]) if conn.steps else None
         window = max(seconds, MIN_WINDOW_STEPS * (step_s or 0.0))
         window = min(window, max(ctx.budget_left - 4.0, 1.0))
-        reply_box: list[Any] = []
-        asking = threading.Thread(target=lambda: reply_box.append(
-            self.ask(ctx, {"seconds": window}, timeout=window + 20.0, name="watch")), daemon=True)
-        asking.start()
+        asking = Background("fieldguide-memory-watch",
+                            lambda: self.ask(ctx, {"seconds": window}, timeout=window + 20.0, name="watch"))
         rows = conn.stream(self.capability, "steps")
-        while asking.is_alive():
-            asking.join(0.5)
+        while asking.alive():
+            asking.result(0.5)
             recent = [used_bytes(r) / MB for r in list(rows.items)[-60:] if r[RSS]]
             self.reading(ctx, elapsed=time.monotonic() - started, of=window, series={"used_mb": recent})
-        reply = reply_box[0]
+        reply = asking.result(0.0)
+        if reply is None:
+            why = asking.error
+            return self.cannot(f"the agent's memory watch failed: {type(why).__name__}: {why}" if why else
+                               "the agent's memory watch did not reply", seconds=time.monotonic() - started)
         if not reply.ok:
             return self.cannot(reply.error, seconds=time.monotonic() - started)
         values, missing = growth_values(reply.result)
