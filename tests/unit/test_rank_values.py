@@ -329,9 +329,13 @@ def test_run_queue_time_behind_other_processes_is_no_wait_for_the_ranks():
     assert alone == pytest.approx(0.51)
     assert busy == pytest.approx(0.33) and busy_margin > alone_margin + 0.03
     # 10 s of the box busy, 5.5 of them the job's: 45% was someone else's
-    assert foreign_share(100.0, 105.5, 1000.0, 1010.0) == pytest.approx(0.45)
-    assert foreign_share(100.0, 105.5, None, 1010.0) is None
-    assert foreign_share(100.0, 112.0, 1000.0, 1010.0) == 0.0  # the job's threads read more than the box: none
+    assert foreign_share(5.5, 1000.0, 1010.0) == pytest.approx(0.45)
+    assert foreign_share(5.5, None, 1010.0) is None
+    assert foreign_share(12.0, 1000.0, 1010.0) == 0.0  # the job's threads read more than the box: none
+    from fieldguide.probes.contention import cpu_seconds_between
+
+    # a worker born inside the window (its whole life) and one that ended are left out
+    assert cpu_seconds_between({(1, 1): 10**9, (1, 2): 5 * 10**9}, {(1, 1): 3 * 10**9, (7, 7): 9 * 10**9}) == 2.0
 
 
 def test_the_runner_does_not_widen_margins_a_probe_weighed_against_contention_itself():

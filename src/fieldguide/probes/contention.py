@@ -98,20 +98,26 @@ def box_busy_seconds() -> float | None:
     return (total - idle - steal) / (os.sysconf("SC_CLK_TCK") or 100)
 
 
-def tree_cpu_seconds(pids: list[int]) -> float:
-    """CPU seconds of every thread of these processes and their descendants (schedstat)."""
+def tree_cpu(pids: list[int]) -> dict[tuple[int, int], int]:
+    """(pid, tid) -> ns on a CPU, for every thread of these processes and their descendants."""
     tree = sorted({p for pid in pids for p in _tree(pid)})
-    return sum(on_cpu for on_cpu, _ in _schedstat(tree).values()) / 1e9
+    return {key: on_cpu for key, (on_cpu, _) in _schedstat(tree).items()}
 
 
-def foreign_share(job_before: float, job_after: float, box_before: float | None,
-                  box_after: float | None) -> float | None:
-    """Of the CPU time the machine was busy in a window, the share that was not the job's (other
-    users' processes, fieldguide's samplers): the part of a job thread's run-queue wait spent
-    behind them, not behind the job's own threads. None where /proc/stat was not read."""
+def cpu_seconds_between(before: dict[tuple[int, int], int], after: dict[tuple[int, int], int]) -> float:
+    """CPU seconds the threads present at both readings used between them (a worker born or
+    ended inside the window is left out, not counted with its whole life)."""
+    return sum(max(after[key] - ns, 0) for key, ns in before.items() if key in after) / 1e9
+
+
+def foreign_share(job_s: float, box_before: float | None, box_after: float | None) -> float | None:
+    """Of the CPU time the machine was busy in a window, the share that was not the job's
+    (`job_s` CPU seconds: other users' processes, fieldguide's samplers): the part of a job
+    thread's run-queue wait spent behind them, not behind the job's own threads. None where
+    /proc/stat was not read."""
     if box_before is None or box_after is None or box_after <= box_before:
         return None
-    return min(max(1.0 - (job_after - job_before) / (box_after - box_before), 0.0), 1.0)
+    return min(max(1.0 - job_s / (box_after - box_before), 0.0), 1.0)
 
 
 @dataclass

@@ -106,15 +106,20 @@ class RankComparison(Probe):
         started = time.monotonic()
         seconds = max(2.0, min(seconds, ctx.budget_left))
         self.reading(ctx, elapsed=0.0, of=seconds, status=f"sampling {len(ranks)} ranks with py-spy")
-        from fieldguide.probes.contention import box_busy_seconds, foreign_share, tree_cpu_seconds
+        from fieldguide.probes.contention import (
+            box_busy_seconds,
+            cpu_seconds_between,
+            foreign_share,
+            tree_cpu,
+        )
 
         pids = [r["pid"] for r in ranks]
         times_before = {r["rank"]: main_thread_times(r["pid"]) for r in ranks}
-        job_before, box_before = tree_cpu_seconds(pids), box_busy_seconds()
+        job_before, box_before = tree_cpu(pids), box_busy_seconds()
         wall_before = time.monotonic()
         results = self._sample_ranks(ctx, ranks, seconds)
         wall = time.monotonic() - wall_before
-        foreign = foreign_share(job_before, tree_cpu_seconds(pids), box_before, box_busy_seconds())
+        foreign = foreign_share(cpu_seconds_between(job_before, tree_cpu(pids)), box_before, box_busy_seconds())
         off_cpu: dict[int, float] = {}
         queued: dict[int, float] = {}
         for r in ranks:
