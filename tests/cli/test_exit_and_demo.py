@@ -32,7 +32,7 @@ def test_module_entry_point_flushes_stdout_into_a_pipe() -> None:
 def test_module_entry_point_flushes_stderr_and_keeps_the_status(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "fieldguide.cli", "report", str(tmp_path / "none.json")],
                           capture_output=True, text=True, env=plain_env(), timeout=60)
-    assert_one_line_error(proc, 2, "cannot read")
+    assert_one_line_error(proc, 2, "no such report")
 
 
 def test_module_entry_point_into_a_closed_pipe_is_quiet() -> None:
