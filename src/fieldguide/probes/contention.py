@@ -174,9 +174,16 @@ def oversubscribed(reading: dict[str, Any]) -> bool:
 
 def margin_factor(reading: dict[str, Any]) -> float:
     """How much wider a share-of-time reading's uncertainty is on this window's machine: 1 when
-    the job had its cores, up to 3 as its threads waited for them."""
+    the job had its cores, up to 2 as its threads waited for them.
+
+    The spread a margin comes from already grows with contention (a delayed sampler takes fewer
+    samples; stretched steps spread more). What it does not hold is the bias of a sampler
+    running below the job: it gets a core more readily while the job's threads sleep, so it can
+    over-count waiting by as much as the job waited for cores. Tripling every margin at a third
+    of the window in the run queue (as before) made a loop waiting 22% of its step against a 10%
+    threshold 'too close to call'."""
     wait = max(reading.get("cpu_wait_fraction") or 0.0, reading.get("steal_fraction") or 0.0)
-    return 1.0 + min(2.0, 4.0 * wait)
+    return 1.0 + min(1.0, wait)
 
 
 def summarize(windows: list[dict[str, Any]]) -> dict[str, Any]:
