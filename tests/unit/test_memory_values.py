@@ -332,3 +332,15 @@ def test_the_engine_measures_a_zero_growth_with_a_wide_margin_again() -> None:
     walk = Walk(playbook, lambda: {"process"}, measure)
     result = walk.run_node("memory.growth")
     assert result.status == "depart" and windows == [None, 20.0], (result, windows)
+
+
+def test_a_healthy_floor_that_wobbles_is_not_too_close_to_call() -> None:
+    """oom_fits attached beside a busy core, 20 s of 1 s floors: the allocator returns ~5 MB and
+    takes it again (slope −7 MB/min ± 4.9). Its upper bound is below 10 MB/min: judged flat."""
+    from fieldguide.probes.memfit import growth_margin
+
+    wobble = [0.0, -2.56, -2.07, 0.0, -1.23, 0.0, -4.88, -4.88, 0.01, -4.88, -4.87, 0.01, -4.87, -2.75, 0.02,
+              0.02, -4.86, -0.89, -4.86, -4.86]
+    g = growth([float(t) for t in range(20)], [900.0 * MB + w * MB for w in wobble])
+    assert g is not None and sustained_rate(g) == 0.0
+    assert growth_margin(g) * 60 / MB < 5.0

@@ -73,11 +73,13 @@ def slope_error(xs: Sequence[float], ys: Sequence[float], slope: float) -> float
 def growth_margin(g: Growth) -> float:
     """± of `sustained_rate(g)` (bytes per unit of x). A sustained trend: two standard errors. An
     uneven one reads 0, but a leak whose job was starved for part of the window (a busy machine)
-    rises unevenly too: the truth may be anywhere up to the fitted slope and its error, so a
-    reading of 0 near a threshold is measured again over a longer window, not called clean."""
+    rises unevenly too: the truth may be as high as the fitted slope's upper bound (slope plus
+    two standard errors), so a reading of 0 whose bound reaches a threshold is measured again
+    over a longer window, not called clean. A floor that only wobbles (a healthy job's
+    allocator returning memory) has a slope about 0 or below: its bound stays low."""
     if g.sustained:
         return 2.0 * g.slope_se
-    return max(g.slope, 0.0) + 2.0 * g.slope_se
+    return max(g.slope + 2.0 * g.slope_se, 0.0)
 
 
 def floors(ts: Sequence[float], ys: Sequence[float], width: float = 1.0) -> tuple[list[float], list[float]]:
