@@ -71,15 +71,19 @@ def slope_error(xs: Sequence[float], ys: Sequence[float], slope: float) -> float
 
 
 def growth_margin(g: Growth) -> float:
-    """± of `sustained_rate(g)` (bytes per unit of x). A sustained trend: two standard errors. An
-    uneven one reads 0, but a leak whose job was starved for part of the window (a busy machine)
-    rises unevenly too: the truth may be as high as the fitted slope's upper bound (slope plus
-    two standard errors), so a reading of 0 whose bound reaches a threshold is measured again
-    over a longer window, not called clean. A floor that only wobbles (a healthy job's
-    allocator returning memory) has a slope about 0 or below: its bound stays low."""
+    """± of `sustained_rate(g)` (bytes per unit of x). A sustained trend: two standard errors.
+
+    An uneven trend reads 0. That stands where the memory did not demonstrably rise (the
+    slope's lower bound, slope − 2 SE, at or below 0: a healthy job's allocator returning and
+    taking back a few MB wobbles about a flat floor). Where it did rise, but not evenly enough to
+    be called sustained (a leak whose job was starved for part of the window on a busy machine),
+    the truth may be as high as the slope's upper bound: that is the margin, and a reading of 0
+    whose bound reaches a threshold is measured again over a longer window, not called clean."""
     if g.sustained:
         return 2.0 * g.slope_se
-    return max(g.slope + 2.0 * g.slope_se, 0.0)
+    if g.slope - 2.0 * g.slope_se <= 0:
+        return 0.0
+    return g.slope + 2.0 * g.slope_se
 
 
 def floors(ts: Sequence[float], ys: Sequence[float], width: float = 1.0) -> tuple[list[float], list[float]]:
