@@ -69,3 +69,17 @@ class FakeMeasure:
         units = {k: v for k, v in (cls.values if cls else {}).items() if v}
         return Measurement(probe=option.probe, values=dict(spec), units=units,
                            evidence={"from": f"fake {option.probe}"}, provenance="constructed", seconds=0.25)
+
+
+def record_contention(measurement: Any, reading: dict[str, Any]) -> None:
+    """What the runner does to a measurement taken in a window with this contention `reading`
+    (its margins widened, unless the probe weighed contention itself), without a target."""
+    from fieldguide.runner import ProbeRunner
+
+    class Window:
+        def finish(self) -> dict[str, Any]:
+            return dict(reading)
+
+    runner = ProbeRunner.__new__(ProbeRunner)
+    runner.windows = []
+    runner._record_contention(measurement, Window())

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from fg_fakes import healthy_values
+from fg_fakes import healthy_values, record_contention
 
 from fieldguide.engine import CLEAN, DEPARTURE, INCONCLUSIVE, PASS, SKIP, Walk
 from fieldguide.measurement import Measurement
@@ -235,18 +235,9 @@ def test_a_clear_departure_on_a_busy_box_is_still_judged():
     in get_batch from 120 samples, a job thread waiting 33% of the window for a core. Its
     margin widened 2.3x straddled the 10% threshold twice and the walk could not tell; widened
     by the sampler's possible bias alone it departs."""
-    from fieldguide.runner import ProbeRunner
-
     base = share_margin(0.22, 120)
     m = Measurement(probe="loop.steps", values={"data_wait_fraction": 0.22}, margins={"data_wait_fraction": base})
-
-    class Window:
-        def finish(self):
-            return {"cpu_wait_fraction": 0.33}
-
-    runner = ProbeRunner.__new__(ProbeRunner)
-    runner.windows = []
-    runner._record_contention(m, Window())
+    record_contention(m, {"cpu_wait_fraction": 0.33})
     expect = parse_expectation({"data_wait_fraction": {"below": 0.1}})
     assert m.margins["data_wait_fraction"] == pytest.approx(base * 1.33, abs=1e-4)
     assert expect.straddles(m.values, m.margins) == []

@@ -342,18 +342,11 @@ def test_the_runner_does_not_widen_margins_a_probe_weighed_against_contention_it
     from fieldguide.probes.contention import margin_factor
 
     assert margin_factor({"cpu_wait_fraction": 0.4}) > 1.3
+    from fg_fakes import record_contention
+
     m = Measurement(probe="dist.ranks", values={}, margins={"wait_gap": 0.1}, contention_in_margins=True)
-
-    class Window:
-        def finish(self):
-            return {"cpu_wait_fraction": 0.4}
-
-    from fieldguide.runner import ProbeRunner
-
-    runner = ProbeRunner.__new__(ProbeRunner)
-    runner.windows = []
-    runner._record_contention(m, Window())
+    record_contention(m, {"cpu_wait_fraction": 0.4})
     assert m.margins == {"wait_gap": 0.1}
     other = Measurement(probe="stacks.sample", values={}, margins={"x": 0.1})
-    runner._record_contention(other, Window())
+    record_contention(other, {"cpu_wait_fraction": 0.4})
     assert other.margins["x"] == pytest.approx(0.1 * margin_factor({"cpu_wait_fraction": 0.4}))
