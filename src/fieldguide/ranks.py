@@ -59,13 +59,19 @@ class RankStats:
 def collective_fraction(rows: list[list[Any]], window_start: float, window_end: float) -> tuple[float | None, int]:
     """From the collectives capability's rows [t_end, collective_s, backward_wait_s, backward_s,
     calls]: the share of the window's steps spent waiting in collectives, and the steps counted."""
-    chosen = [r for r in rows if window_start <= r[0] <= window_end]
-    if len(chosen) < 2:
-        return None, len(chosen)
-    spans = [b[0] - a[0] for a, b in zip(chosen, chosen[1:], strict=False)]
-    waited = sum(r[1] + r[2] for r in chosen[1:])
+    waits, spans = step_waits(rows, window_start, window_end)
+    if not spans:  # one row or none in the window: no step to measure
+        return None, sum(1 for r in rows if window_start <= r[0] <= window_end)
     total = sum(spans)
-    return (min(waited / total, 1.0) if total > 0 else None), len(chosen) - 1
+    return (min(sum(waits) / total, 1.0) if total > 0 else None), len(spans)
+
+
+def step_waits(rows: list[list[Any]], window_start: float, window_end: float) -> tuple[list[float], list[float]]:
+    """Each step's wait in collectives and its length, for the collectives rows in the window
+    (a step spans from the row before it to its own)."""
+    chosen = [r for r in rows if window_start <= r[0] <= window_end]
+    spans = [b[0] - a[0] for a, b in zip(chosen, chosen[1:], strict=False)]
+    return [r[1] + r[2] for r in chosen[1:]], spans
 
 
 @dataclass(frozen=True)

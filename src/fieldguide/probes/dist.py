@@ -20,7 +20,7 @@ from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.probes.uncertainty import ratio_margin, share_margin
-from fieldguide.ranks import RankStats, collective_fraction, compare, compare_margins
+from fieldguide.ranks import RankStats, collective_fraction, compare, compare_margins, step_waits
 
 # Each rank sampled twice (idle and on-CPU): 80 samples each in 4 s. At 10 Hz one rank's share of
 # the wait moved by up to 0.15 between windows; non-blocking py-spy at 20 Hz costs a job nothing measurable.
@@ -277,8 +277,5 @@ def waited_share(m: Measurement, off_cpu: float | None, behind_others: float = 0
 
 def collective_margin(rows: list[list[Any]], window_start: float, window_end: float) -> float | None:
     """± of `collective_fraction` over the same rows: the steps' own spread (a ratio estimator)."""
-    chosen = [r for r in rows if window_start <= r[0] <= window_end]
-    if len(chosen) < 3:
-        return None
-    spans = [b[0] - a[0] for a, b in zip(chosen, chosen[1:], strict=False)]
-    return ratio_margin([r[1] + r[2] for r in chosen[1:]], spans)
+    waits, spans = step_waits(rows, window_start, window_end)
+    return ratio_margin(waits, spans)
