@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import socket
 import threading
@@ -172,3 +173,38 @@ def test_capabilities_are_armed_by_name_with_options() -> None:
 
     assert parse_arm("memory:history, loop") == {"memory": frozenset({"history"}), "loop": frozenset()}
     assert parse_arm("") == {}
+
+
+class AppendsWhenFoundEmpty(collections.deque):  # type: ignore[type-arg]
+    """A queue the training thread appends to just after the agent's thread found it empty, with a
+    second append to a queue registered after it: the interleaving that split a cut."""
+
+    def __init__(self, then: collections.deque[Any]) -> None:
+        super().__init__()
+        self.then = then
+        self.fired = False
+
+    def __bool__(self) -> bool:
+        empty = not len(self)
+        if empty and not self.fired:
+            self.fired = True
+            self.append({"first_backward": 1.0})
+            self.then.append(["step 1"])
+        return not empty
+
+
+def test_a_flush_never_sends_an_item_without_what_was_appended_before_it() -> None:
+    inside, outside = socket.socketpair()
+    try:
+        agent = Agent(inside)
+        steps: collections.deque[Any] = collections.deque()
+        signals = AppendsWhenFoundEmpty(then=steps)
+        agent._streams += [("loop", "signals", signals, None), ("loop", "steps", steps, None)]
+        agent.flush()
+        outside.setblocking(False)
+        sent = [json.loads(line) for line in outside.recv(65536).splitlines()]
+        assert [(m["name"], m["items"]) for m in sent] == [("signals", [{"first_backward": 1.0}]),
+                                                            ("steps", [["step 1"]])]
+    finally:
+        inside.close()
+        outside.close()

@@ -32,6 +32,7 @@ from .capability import Capability
 
 PROTOCOL = 2
 FLUSH_SECONDS = 0.25  # how often streams reach fieldguide; also the request latency
+CUT_PASSES = 8  # passes over the queues for one consistent flush (see Agent.flush)
 PR_SET_PTRACER = 0x59616D61
 
 
@@ -237,19 +238,28 @@ class Agent:
         except Exception as err:
             self.fail(request_id, f"the agent could not handle the request: {type(err).__name__}: {err}")
 
-    @staticmethod
-    def _drain(queue: collections.deque[Any]) -> list[Any]:
-        items = []
-        while queue:
-            items.append(queue.popleft())
-        return items
-
     def flush(self) -> None:
-        for capability, name, queue, shape in self._streams:
-            items = self._drain(queue)
+        """Send what the training thread appended, as a cut it could have seen at one moment.
+
+        Queues are drained one after another while the training thread goes on appending: a
+        step row could be sent while the signal appended just before it (in a queue already
+        drained) waits a tick. Passes repeat until one finds every queue empty, so whatever is
+        sent, everything appended before it is sent with it (up to CUT_PASSES on a thread that
+        never pauses)."""
+        queues = [queue for _, _, queue, _ in self._streams] + [self.outbox]
+        taken: list[list[Any]] = [[] for _ in queues]
+        for _ in range(CUT_PASSES):
+            moved = False
+            for queue, items in zip(queues, taken, strict=True):
+                while queue:
+                    items.append(queue.popleft())
+                    moved = True
+            if not moved:
+                break
+        for (capability, name, _, shape), items in zip(self._streams, taken[:-1], strict=True):
             if shape is not None:
                 items = [shape(item) for item in items]
             if items:
                 self.send({"type": "stream", "capability": capability, "name": name, "items": items})
-        for message in self._drain(self.outbox):
+        for message in taken[-1]:
             self.send(message)
