@@ -415,9 +415,11 @@ def read_samples(texts: dict[str, str], pid: int) -> tuple[list[ThreadSample], l
 
 
 def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait: Any,
-                  tick: Any = lambda: None) -> tuple[dict[str, str], dict[str, str], dict[str, int | None]]:
-    """Two py-spy samplers on `pid` and its subprocesses for `seconds`: "all" (`--idle`: waiting
-    too) and "active" (on the CPU). Returns each one's raw text, stderr and exit status.
+                  tick: Any = lambda: None, subprocesses: bool = True,
+                  ) -> tuple[dict[str, str], dict[str, str], dict[str, int | None]]:
+    """Two py-spy samplers on `pid` (and its subprocesses unless told not to: py-spy then stops
+    polling for them, half its CPU) for `seconds`: "all" (`--idle`: waiting too) and "active"
+    (on the CPU). Returns each one's raw text, stderr and exit status.
     `cancelled_wait(timeout)` returns True to cut the window short (py-spy then writes what it has)."""
     procs: dict[str, subprocess.Popen[str]] = {}
     with tempfile.TemporaryDirectory(prefix="fieldguide-spy-") as tmp:
@@ -426,8 +428,10 @@ def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait:
         try:
             for kind, out in outputs.items():
                 cmd = [spy, "record", "--pid", str(pid), "--rate", str(rate),
-                       "--duration", str(int(round(seconds))), "--format", "raw", "--subprocesses",
+                       "--duration", str(int(round(seconds))), "--format", "raw",
                        "--threads", "--nonblocking", "--full-filenames", "--output", str(out)]
+                if subprocesses:
+                    cmd.append("--subprocesses")
                 if kind == "all":
                     cmd.append("--idle")
                 # stderr to a file: a pipe nobody reads while sampling could fill and stall py-spy.
