@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from fieldguide.measurement import Measurement
 from fieldguide.playbook.expect import CalibrationLookup, NotEvaluable
@@ -188,10 +188,13 @@ class Walk:
 
     def __init__(self, playbook: Playbook, capabilities: Callable[[], set[str]],
                  measure: Callable[[MeasureOption], Measurement],
-                 calibration: CalibrationLookup | None | Literal["cache"] = "cache"):
+                 calibration: Callable[[], CalibrationLookup | None] | None = None):
         self.playbook = playbook
-        # "cache": this machine's calibration (`fieldguide calibrate`), read when a node first needs it.
-        self._calibration = calibration
+        # Where this machine's calibration comes from (the session reads `fieldguide calibrate`'s
+        # cache), asked once, when a node first needs it; None: fixed thresholds only.
+        self._calibration_source = calibration
+        self._calibration: CalibrationLookup | None = None
+        self._calibration_asked = calibration is None
         self.capabilities = capabilities
         self.measure = measure
         self.path: list[NodeResult] = []
@@ -226,11 +229,9 @@ class Walk:
         return judge(node, self.capabilities(), self.measure, calibration, getattr(self.measure, "peek", None))
 
     def calibration(self) -> CalibrationLookup | None:
-        if self._calibration == "cache":
-            from fieldguide.calibrate.cache import for_this_machine  # reads JSON; no torch
-
-            found = for_this_machine()
-            self._calibration = found.lookup if found is not None else None
+        if not self._calibration_asked and self._calibration_source is not None:
+            self._calibration_asked = True
+            self._calibration = self._calibration_source()
         return self._calibration
 
     def step(self, stop: Callable[[], bool] = lambda: False) -> NodeResult | None:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldguide.probes.stats import median, quantile
+from fieldguide.stats import median, quantile
 from fieldguide.targets import LaunchTarget
 
 SETTLE_S = 0.3  # at least this after a resume, before timing: the first step resumed spans the pause

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fieldguide.nvml import THROTTLING, Nvml, Reading, now_us, reason_names
-from fieldguide.probes.stats import median
+from fieldguide.stats import median
 
 
 def job_devices(nvml: Nvml, pids: set[int], visible: str | None) -> tuple[list[int], str]:

@@ -52,7 +52,7 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
 
     from fieldguide.playbook import find_playbook
     from fieldguide.report import write_report
-    from fieldguide.report.summary import summary_renderable
+    from fieldguide.report.summary import summary_panel
     from fieldguide.session import Session, launch_env, open_target
 
     playbook = find_playbook(playbook_id)  # bad playbooks and report paths fail before anything starts
@@ -79,7 +79,7 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
             on_interrupt.walk_over()
         if target is not None:
             target.close()
-    Console(highlight=False).print(summary_renderable(findings))
+    Console(highlight=False).print(summary_panel(findings))
     if report is not None:
         try:
             path = write_report(findings, report, fmt)

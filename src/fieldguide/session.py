@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fieldguide.calibrate.cache import lookup_for_this_machine
 from fieldguide.coldstart import compile_spans, covered_seconds
 from fieldguide.engine import NodeResult, Walk
 from fieldguide.playbook import Playbook
 from fieldguide.probes.contention import describe, summarize
-from fieldguide.probes.samplers import own_cpu_seconds
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
 from fieldguide.runner import ProbeRunner
+from fieldguide.samplers import own_cpu_seconds
 from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
 
 DEFAULT_BUDGET = 45.0  # seconds of measurement: a slow-training walk ends well inside a minute
@@ -78,7 +79,7 @@ class Session:
             self.budget = self.playbook.budget or DEFAULT_BUDGET
         self.runner = ProbeRunner(self.target, self.budget, on_reading=self.on_reading)
         self._cpu_at_start = own_cpu_seconds()
-        self.walk = Walk(self.playbook, self.target.capabilities, self.runner)
+        self.walk = Walk(self.playbook, self.target.capabilities, self.runner, calibration=lookup_for_this_machine)
 
     def wait_ready(self) -> None:
         """A launched job: wait for its first steps, charged to the budget (which bounds the whole

@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from fieldguide import samplers
 from fieldguide.access import PTRACE_ERROR_MARKS as PTRACE_ERROR_MARKS
 from fieldguide.access import classify_py_spy_failure as classify_py_spy_failure
 from fieldguide.access import is_python_name as is_python_name
@@ -29,7 +30,6 @@ from fieldguide.agent.bootstrap import write_bootstrap
 from fieldguide.agent.channel import AgentConnection, AgentServer
 from fieldguide.agent.inside.capabilities.overrides import override_problems
 from fieldguide.errors import BadInput, TargetFailed
-from fieldguide.probes import samplers
 from fieldguide.watchdog import OWNER_ENV, Watchdog, claim, end_marked, new_token, sweep_leftovers
 
 LOG_LINES_KEPT = 400

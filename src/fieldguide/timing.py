@@ -26,7 +26,7 @@ from rich.text import Text
 from fieldguide.coldstart import steady_step, step_signal
 from fieldguide.errors import EXIT_CLEAN, BadInput, TargetFailed
 from fieldguide.probes.loop import BOUNDARY, T_END
-from fieldguide.probes.stats import median, quantile
+from fieldguide.stats import median, quantile
 
 WINDOWS = (20, 100, 400)
 NO_CUDA = "has not initialised CUDA"

@@ -16,7 +16,7 @@ from fieldguide.measurement import Measurement
 from fieldguide.playbook import find_playbook
 from fieldguide.probes import registry
 from fieldguide.probes.base import Probe, ProbeContext
-from fieldguide.probes.stats import median
+from fieldguide.stats import median
 from fieldguide.tui.driver import EXPORT_SUFFIXES
 from fieldguide.tui.model import (
     bar,

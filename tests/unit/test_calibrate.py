@@ -302,13 +302,15 @@ def test_launch_bound_node_with_calibration_uses_twice_the_launch_cost() -> None
     assert result.status == PASS and "median_kernel_us >= 6" in result.expected
 
 
-def test_a_walk_reads_this_machines_calibration_from_the_cache(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_walk_reads_the_calibration_the_session_hands_it_from_the_cache(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache, "_installed_torch", lambda: None)
     book = find_playbook("low-gpu-util")
-    walk = Walk(book, lambda: set(LAUNCH) | {"gpu"}, profile(7.0))
+    walk = Walk(book, lambda: set(LAUNCH) | {"gpu"}, profile(7.0), calibration=cache.lookup_for_this_machine)
     assert NO_CALIBRATION in walk.run_node("device.launch-bound").note
     cache.write(calibration(gpu=True))
-    walk = Walk(book, lambda: set(LAUNCH) | {"gpu"}, profile(7.0))
+    walk = Walk(book, lambda: set(LAUNCH) | {"gpu"}, profile(7.0), calibration=cache.lookup_for_this_machine)
     assert "calibrated on testhost" in walk.run_node("device.launch-bound").note
+    # The engine reads no disk: a walk handed no calibration uses fixed thresholds.
+    assert NO_CALIBRATION in Walk(book, lambda: set(LAUNCH) | {"gpu"}, profile(7.0)).run_node("device.launch-bound").note
     # Nodes with only fixed thresholds never look for a calibration, nor say anything about one.
     assert "calibrat" not in walk.run_node("device.shared").note

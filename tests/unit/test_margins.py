@@ -44,7 +44,7 @@ class WindowedMeasure:
 
 
 def _walk(slow_training: Any, measure: WindowedMeasure) -> Walk:
-    walk = Walk(slow_training, lambda: {"process", "agent"}, measure, calibration=None)
+    walk = Walk(slow_training, lambda: {"process", "agent"}, measure)
     walk.run()
     return walk
 
@@ -216,7 +216,7 @@ def test_a_sampler_is_lowered_below_the_job(tmp_path):
     import subprocess
     import sys
 
-    from fieldguide.probes.samplers import SAMPLER_NICE, lower_priority
+    from fieldguide.samplers import SAMPLER_NICE, lower_priority
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:

@@ -16,7 +16,7 @@ from fieldguide.probes.env import parse_torch_version_file
 from fieldguide.probes.gpu import NvmlUnavailable, describe_device, nvml_devices
 from fieldguide.probes.loop import LoopSteps, loop_values
 from fieldguide.probes.process import interval_cores, process_values
-from fieldguide.probes.stats import median, quantile
+from fieldguide.stats import median, quantile
 
 # --- stats ---------------------------------------------------------------------------------------------
 

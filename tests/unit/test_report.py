@@ -31,6 +31,7 @@ from fieldguide.report.redact import (
     redact_tree,
 )
 from fieldguide.report.render import format_for
+from fieldguide.report.summary import summary_panel
 
 HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123"
 SECRETS = ["tok-s3cr3t-abc", "XYZ-api-789", HF, "hunter2pass", "pa55word-log", "wandbsecretvalue", "k3y-from-env"]
@@ -266,10 +267,10 @@ def test_format_for_and_unknown_format(departure):
 def test_rich_summary_renders_the_departure(departure):
     from rich.console import Console
 
-    from fieldguide.report.summary import summary_renderable
+    from fieldguide.report.summary import summary_panel
 
     console = Console(record=True, width=120, color_system=None)
-    console.print(summary_renderable(departure))
+    console.print(summary_panel(departure))
     text = console.export_text()
     assert "input.waiting" in text and "80% of each step" in text and "input.data-wait" in text
 
@@ -290,7 +291,7 @@ def test_the_rich_summary_keeps_the_whole_verdict_at_80_columns(walk_with, env, 
     findings = findings_from_walk(walk, TARGET, env)
     assert findings.verdict == verdict
     console = Console(width=80, record=True, color_system=None)
-    console.print(findings)
+    console.print(summary_panel(findings))
     lines = console.export_text().splitlines()
     assert all(len(line) <= 80 for line in lines)
     assert "…" not in lines[0]  # the title is never cut
@@ -485,7 +486,7 @@ def test_reruns_are_shown_in_markdown_html_and_the_rich_summary(departure):
     page = to_html(departure)
     assert "<h2>Measured again in the TUI</h2>" in page and "<td>re-measure</td>" in page
     console = Console(record=True, width=120, color_system=None)
-    console.print(departure)
+    console.print(summary_panel(departure))
     text = console.export_text()
     assert "Measured again in the TUI" in text and "re-measure" in text
 
@@ -516,7 +517,7 @@ def test_exit_is_emitted_only_when_set_and_shown_everywhere(departure):
     assert departure.exit_line() == line
     assert line in to_markdown(departure) and html_escape(line) in to_html(departure)
     console = Console(record=True, width=120, color_system=None)
-    console.print(departure)
+    console.print(summary_panel(departure))
     assert line in console.export_text()
     assert exit_text({"code": None, "signal": "SIGKILL", "exception": None}) == "signal SIGKILL"
     assert exit_text({"code": None, "signal": None, "exception": None, "text": "pid 9 exited"}) == "pid 9 exited"
@@ -539,7 +540,7 @@ def test_one_vocabulary_in_every_view(departure):
     assert len(set(GLYPH.values())) == len(GLYPH)  # each state is told apart without colour
     assert set(WORD) == set(GLYPH)
     console = Console(record=True, width=160, color_system=None)
-    console.print(departure)
+    console.print(summary_panel(departure))
     text = console.export_text()
     for view in (to_markdown(departure), to_html(departure), text):
         assert STATUS_MARK["depart"] in view and STATUS_MARK["pass"] in view

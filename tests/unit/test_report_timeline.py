@@ -13,8 +13,8 @@ from rich.console import Console
 
 from fieldguide.coldstart import SHARE_TITLES, take_apart
 from fieldguide.report import Findings, to_markdown
-from fieldguide.report.charts import COLOURS
-from fieldguide.report.summary import Timeline
+from fieldguide.report.drawing import COLOURS
+from fieldguide.report.summary import Timeline, summary_panel
 from fieldguide.report.timeline import FILLS, cell_widths, cold_start_of, timeline_segments
 
 
@@ -115,7 +115,7 @@ def bar_line(text: str) -> str:
 
 
 def test_the_summary_draws_the_bar_with_the_departures_rows() -> None:
-    text = printed(walk())
+    text = printed(summary_panel(walk()))
     assert all(len(line) <= 80 for line in text.splitlines())
     assert "Cold start: 6.2 s to steady steps, steady from step 5" in text
     bar = bar_line(text).strip("│ ")
@@ -125,8 +125,8 @@ def test_the_summary_draws_the_bar_with_the_departures_rows() -> None:
     for entry in ("Interpreter start 0.1 s", "To the first batch (first forward) 2.5 s", "Warm-up, to steady steps 2 s"):
         assert entry in text
     assert text.index("Cold start:") < text.index("from s")  # the bar, then the phases' rows
-    assert "Cold start:" in printed(walk(departs=False))  # a quick start: the timeline still
-    assert "Cold start" not in printed(walk(evidence_cold=False))  # no node timed the start
+    assert "Cold start:" in printed(summary_panel(walk(departs=False)))  # a quick start: the timeline still
+    assert "Cold start" not in printed(summary_panel(walk(evidence_cold=False)))  # no node timed the start
 
 
 def test_the_bar_fits_a_narrow_terminal_and_says_when_not_steady() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fieldguide.probes import samplers
+from fieldguide import samplers
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}:\n    pass\n"
 

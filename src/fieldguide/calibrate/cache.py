@@ -11,6 +11,7 @@ import json
 import os
 import re
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from fieldguide.calibrate.results import Calibration
@@ -99,3 +100,9 @@ def for_this_machine() -> Calibration | None:
     torch_version = _installed_torch()
     same_torch = [c for c in found if torch_version and c.torch == torch_version]
     return (same_torch or found)[0]
+
+
+def lookup_for_this_machine() -> Callable[[str], tuple[float | None, str]] | None:
+    """What a walk's calibrated thresholds read (`Walk(calibration=...)`), or None."""
+    found = for_this_machine()
+    return found.lookup if found is not None else None

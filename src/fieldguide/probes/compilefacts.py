@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fieldguide.probes.stackclass import is_agent_file
-from fieldguide.probes.stats import median
+from fieldguide.stats import median
 
 RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 LIMIT_MARKS = ("recompile limit", "cache_size_limit", "cache size limit")

@@ -11,7 +11,7 @@ from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import NEEDS_AGENT, NEEDS_GPU, NEEDS_PROCESS, ProbeContext
-from fieldguide.probes.stats import median, quantile
+from fieldguide.stats import median, quantile
 
 NO_CUDA = "has not initialised CUDA"
 WARMUP_STEPS = 2

@@ -14,9 +14,9 @@ from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext, stack_window
 from fieldguide.probes.inputstacks import InputStacks, input_stacks
-from fieldguide.probes.stats import median, quantile
 from fieldguide.probes.stepcycle import user_frame
 from fieldguide.probes.uncertainty import events_margin, ratio_margin, share_margin
+from fieldguide.stats import median, quantile
 
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
 # The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.

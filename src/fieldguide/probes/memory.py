@@ -13,7 +13,7 @@ from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.loop import Background
 from fieldguide.probes.memfit import MB, growth, mb, shares, sustained_rate, tightest
-from fieldguide.probes.stats import median
+from fieldguide.stats import median
 
 STEP, T, RSS, VMS, CUDA_ALLOCATED, CUDA_RESERVED = range(6)  # the agent's ROW_COLUMNS
 MIN_WINDOW_STEPS = 40  # a window long enough to see a per-step leak under allocator noise

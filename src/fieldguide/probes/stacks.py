@@ -26,8 +26,6 @@ from typing import Any
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
-from fieldguide.probes.samplers import lower_priority, reap
-from fieldguide.probes.samplers import stop as stop_samplers
 from fieldguide.probes.stackclass import (
     ANOMALY,
     BACKWARD,
@@ -55,6 +53,8 @@ from fieldguide.probes.stackclass import (
 )
 from fieldguide.probes.stepcycle import input_call, input_samples
 from fieldguide.probes.uncertainty import share_margin
+from fieldguide.samplers import lower_priority, reap
+from fieldguide.samplers import stop as stop_samplers
 from fieldguide.watchdog import claim
 
 _PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")

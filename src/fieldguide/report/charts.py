@@ -9,18 +9,19 @@ launched); the cold start becomes a timeline. The TUI draws the same series, tak
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from html import escape
 from statistics import median
 from typing import TYPE_CHECKING, Any
+
+from fieldguide.report.drawing import COLOURS, fmt, number
+from fieldguide.report.timeline import timed_phases, timeline_title
 
 if TYPE_CHECKING:
     from fieldguide.report.findings import Findings
 
 WIDTH, HEIGHT = 640, 160
 LEFT, RIGHT, TOP, BOTTOM = 60, 118, 24, 34  # the plot area's margins
-COLOURS = ("#0969da", "#cf222e", "#8250df", "#1a7f37", "#9a6700", "#bf3989", "#57606a")
 FONT = "font-family='system-ui,sans-serif' font-size='11'"
 CHAR_W = 6.2  # about how wide a character of FONT is, to fit labels
 
@@ -55,18 +56,6 @@ class Bar:
     low: float | None = None
     high: float | None = None
     x: int | None = None
-
-
-def number(value: object) -> float | None:
-    """A finite number, or None (NaN, inf, booleans and text are not numbers to draw)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _fmt(value: float, unit: str = "") -> str:
-    text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
-    return f"{text} {unit}".strip()
 
 
 def label(name: str, unit: str = "") -> str:
@@ -201,7 +190,7 @@ def line_chart(title: str, series: list[Series], x_label: str = "step") -> str:
         return TOP + plot_h - (y - lo) / (hi - lo) * plot_h
 
     body = [f"<rect x='{LEFT}' y='{TOP}' width='{plot_w}' height='{plot_h}' fill='none' stroke='#d0d7de'/>",
-            _text(LEFT - 4, TOP + 8, _fmt(hi, unit), "end"), _text(LEFT - 4, TOP + plot_h, _fmt(lo, unit), "end"),
+            _text(LEFT - 4, TOP + 8, fmt(hi, unit), "end"), _text(LEFT - 4, TOP + plot_h, fmt(lo, unit), "end"),
             _text(LEFT, HEIGHT - 8, f"{x_label} {x0:g}"), _text(LEFT + plot_w, HEIGHT - 8, f"{x1:g}", "end")]
     for i, s in enumerate(drawn):
         colour = COLOURS[i % len(COLOURS)]
@@ -228,7 +217,7 @@ def line_chart(title: str, series: list[Series], x_label: str = "step") -> str:
     below = 0.0  # each label at least a line under the one above it
     for value, words in ((max(first), "max"), (mid, "median"), (min(first), "min")):
         below = max(py(value) + 4, below + 12)
-        body.append(_text(LEFT + plot_w + 4, below, f"{words} {_fmt(value, unit)}"))
+        body.append(_text(LEFT + plot_w + 4, below, f"{words} {fmt(value, unit)}"))
     return _svg(title, body)
 
 
@@ -248,21 +237,21 @@ def bar_chart(title: str, bars: list[Bar], unit: str = "ms", reference: Bar | No
         return TOP + plot_h - y / top * plot_h
 
     body = [f"<line x1='{LEFT}' x2='{LEFT + plot_w}' y1='{TOP + plot_h}' y2='{TOP + plot_h}' stroke='#57606a'/>",
-            _text(LEFT - 4, TOP + 8, _fmt(top, unit), "end"), _text(LEFT - 4, TOP + plot_h, f"0 {unit}", "end")]
+            _text(LEFT - 4, TOP + 8, fmt(top, unit), "end"), _text(LEFT - 4, TOP + plot_h, f"0 {unit}", "end")]
     centres = []
     for i, b in enumerate(shown):
         assert b.value is not None
         cx, w = LEFT + slot * (i + 0.5), min(slot * 0.6, 60)
         centres.append((cx, py(b.value)))
         colour = COLOURS[0] if reference is not None or i else COLOURS[6]
-        body.append(f"<g class='bar'><title>{escape(b.label)}: {escape(_fmt(b.value, unit))}</title>"
+        body.append(f"<g class='bar'><title>{escape(b.label)}: {escape(fmt(b.value, unit))}</title>"
                     f"<rect x='{cx - w / 2:.1f}' y='{py(b.value):.1f}' width='{w:.1f}' "
                     f"height='{TOP + plot_h - py(b.value):.1f}' fill='{colour}' fill-opacity='0.75'/>")
         if b.low is not None and b.high is not None:
             body.append(f"<path class='whisker' d='M{cx:.1f},{py(b.low):.1f}V{py(b.high):.1f}"
                         f"M{cx - 5:.1f},{py(b.low):.1f}h10M{cx - 5:.1f},{py(b.high):.1f}h10' stroke='#24292f'/>")
         body.append(_text(cx, HEIGHT - 18, _fit(str(b.x) if b.x is not None else b.label, slot - 4), "middle")
-                    + _text(cx, HEIGHT - 4, _fmt(b.value), "middle", "#24292f") + "</g>")
+                    + _text(cx, HEIGHT - 4, fmt(b.value), "middle", "#24292f") + "</g>")
     if line and len(centres) > 1:
         body.append(f"<polyline class='sweep' fill='none' stroke='{COLOURS[1]}' stroke-width='1.5' points='"
                     + " ".join(f"{x:.1f},{y:.1f}" for x, y in centres) + "'/>")
@@ -271,7 +260,7 @@ def bar_chart(title: str, bars: list[Bar], unit: str = "ms", reference: Bar | No
         body.append(f"<line class='reference' x1='{LEFT}' x2='{LEFT + plot_w}' y1='{y:.1f}' y2='{y:.1f}' "
                     f"stroke='{COLOURS[6]}' stroke-dasharray='5 3'/>"
                     + _text(LEFT + plot_w + 4, y - 2, _fit(reference.label, RIGHT - 6))
-                    + _text(LEFT + plot_w + 4, y + 11, _fmt(reference.value, unit)))
+                    + _text(LEFT + plot_w + 4, y + 11, fmt(reference.value, unit)))
     body.append(_text(LEFT - 4, HEIGHT - 18, "workers" if line else "arm", "end")
                 + _text(LEFT - 4, HEIGHT - 4, "median", "end"))
     return _svg(title, body)
@@ -280,10 +269,6 @@ def bar_chart(title: str, bars: list[Bar], unit: str = "ms", reference: Bar | No
 def timeline_chart(title: str, phases: list[dict[str, Any]], total_s: float | None = None) -> str:
     """The cold start as one horizontal bar: a segment per phase, as wide as its seconds, labelled
     where it has room; every phase also in the legend under it."""
-    from fieldguide.report.timeline import (
-        timed_phases,  # timeline.py draws on this module's palette
-    )
-
     found = [(title, start, seconds) for _, title, start, seconds in timed_phases(phases)]
     end = max([s + d for _, s, d in found] + [number(total_s) or 0.0])
     if not found or end <= 0:
@@ -291,13 +276,13 @@ def timeline_chart(title: str, phases: list[dict[str, Any]], total_s: float | No
     rows = (len(found) + 2) // 3
     height = 78 + 14 * rows
     plot_w = WIDTH - 16
-    body = [_text(8, 62, "0 s"), _text(8 + plot_w, 62, _fmt(end, "s"), "end")]
+    body = [_text(8, 62, "0 s"), _text(8 + plot_w, 62, fmt(end, "s"), "end")]
     for i, (name, start, seconds) in enumerate(found):
         colour = COLOURS[i % len(COLOURS)]
         x, w = 8 + start / end * plot_w, seconds / end * plot_w
-        body.append(f"<g><title>{escape(name)}: {escape(_fmt(seconds, 's'))}</title><rect class='phase' "
+        body.append(f"<g><title>{escape(name)}: {escape(fmt(seconds, 's'))}</title><rect class='phase' "
                     f"x='{x:.2f}' y='24' width='{w:.2f}' height='24' fill='{colour}' fill-opacity='0.8'/>")
-        words = f"{name} {_fmt(seconds, 's')}"
+        words = f"{name} {fmt(seconds, 's')}"
         if w > len(words) * CHAR_W + 6:
             body.append(_text(x + 3, 40, words, fill="#ffffff"))
         body.append("</g>")
@@ -339,8 +324,6 @@ def charts_for(findings: Findings) -> list[tuple[str, str]]:
             charts.append((f"{title} ({SPREAD})", bar_chart(title, bars)))
     cold = findings.cold_start
     if isinstance(cold, dict) and isinstance(cold.get("phases"), list):
-        from fieldguide.report.timeline import timeline_title
-
         total = number(cold.get("total_s"))
         title = timeline_title(cold)
         charts.append((f"{title} (a segment per phase, as wide as its seconds)",

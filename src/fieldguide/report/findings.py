@@ -18,8 +18,6 @@ from fieldguide.report.redact import redact_argv, redact_env, redact_text, redac
 from fieldguide.report.vocabulary import ACTIONS, VERDICTS
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderResult
-
     from fieldguide.engine import NodeResult
 
 # Environment variables worth carrying into a report (values redacted if secret-looking).
@@ -102,8 +100,8 @@ def exit_text(ended: dict[str, Any]) -> str:
 
 @dataclass
 class Findings:
-    """The findings of one walk. Every view reads this object: it renders itself with Rich
-    (the headless summary), and the JSON, Markdown and HTML exporters read its fields.
+    """The findings of one walk. Every view reads this object (the rich summary in summary.py, the
+    JSON, Markdown and HTML exporters); it knows none of them.
 
     `reruns`: what the user measured beyond the walk in the TUI (re-runs, jumps, re-measures),
     each a dict of node, action, status, measured, expected, note, probe, seconds and when.
@@ -276,11 +274,6 @@ class Findings:
         if result.measurement is not None:
             for name, unit in result.measurement.units.items():
                 self.units.setdefault(name, unit)
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        from fieldguide.report.summary import summary_panel
-
-        yield summary_panel(self)
 
 
 def environment_from(measurement_values: dict[str, Any], gpus: list[dict[str, Any]],

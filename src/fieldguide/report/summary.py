@@ -1,5 +1,4 @@
-"""The short rich summary printed on stdout after a headless walk: how `Findings` renders
-itself with Rich (`Findings.__rich_console__`). The status words and the fix steps come from
+"""The short rich summary printed on stdout after a headless walk (`summary_panel`). The status words and the fix steps come from
 the same vocabulary and renderer as the Markdown/HTML reports and the TUI."""
 
 from __future__ import annotations
@@ -155,7 +154,3 @@ def summary_panel(findings: Findings) -> Panel:
     return Panel(Group(*parts), title=panel_title(findings), border_style=VERDICT_STYLE.get(findings.verdict, ""),
                  title_align="left")
 
-
-def summary_renderable(findings: Findings) -> RenderableType:
-    """What `fieldguide diagnose` prints: the findings, which render themselves."""
-    return findings

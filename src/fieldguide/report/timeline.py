@@ -1,12 +1,12 @@
 """The cold start as cells of a terminal (the TUI's departure page, the headless summary): the
-phases on one bar, in proportion, coloured as the SVG timeline (charts.py) colours them."""
+phases on one bar, in proportion, coloured as the SVG timeline (charts.py) colours them (drawing.py's palette)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fieldguide.report.charts import COLOURS, _fmt, number
+from fieldguide.report.drawing import COLOURS, fmt, number
 
 if TYPE_CHECKING:
     from fieldguide.report.findings import Findings
@@ -29,7 +29,7 @@ class Segment:
     @property
     def words(self) -> str:
         """`Interpreter start 0.12 s`: the legend's entry."""
-        return f"{self.title} {_fmt(self.seconds, 's')}"
+        return f"{self.title} {fmt(self.seconds, 's')}"
 
 
 def timed_phases(phases: object) -> list[tuple[str, str, float, float]]:
@@ -76,9 +76,9 @@ def timeline_title(cold: dict[str, Any]) -> str:
     """`Cold start: 6.2 s to steady steps, steady from step 5` (or the time so far, not steady yet)."""
     total = number(cold.get("total_s"))
     if cold.get("steady") is False:
-        return "Cold start" + (f": {_fmt(total, 's')} so far, not steady yet" if total is not None else "")
+        return "Cold start" + (f": {fmt(total, 's')} so far, not steady yet" if total is not None else "")
     steady = f", steady from step {cold['steady_step']}" if cold.get("steady_step") is not None else ""
-    return "Cold start" + (f": {_fmt(total, 's')} to steady steps" if total is not None else "") + steady
+    return "Cold start" + (f": {fmt(total, 's')} to steady steps" if total is not None else "") + steady
 
 
 def cold_start_of(findings: Findings, nodes: list[str] | None = None) -> tuple[dict[str, Any] | None, str | None]:

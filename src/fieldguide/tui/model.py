@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fieldguide.measurement import format_value
-from fieldguide.probes.stats import median
+from fieldguide.stats import median
 
 if TYPE_CHECKING:
     from fieldguide.engine import NodeResult

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from fieldguide.playbook import Playbook
     from fieldguide.report.findings import Findings
     from fieldguide.tui.app import FieldguideApp
+    from fieldguide.tui.driver import WalkDriver
     from fieldguide.tui.walkstate import Remeasure, RemeasureRows
 
 STACK_FRAMES = 3  # innermost frames shown per stack; the report has them all
@@ -74,10 +75,12 @@ class DepartureScreen(Screen[None]):
     if TYPE_CHECKING:
         app = getters.app(FieldguideApp)
 
-    def __init__(self, findings: Findings, playbook: Playbook, remeasure: Remeasure) -> None:
+    def __init__(self, findings: Findings, playbook: Playbook, remeasure: Remeasure,
+                 driver: WalkDriver | None = None) -> None:
         super().__init__()
         assert findings.first_departure is not None
         self.findings, self.playbook, self.remeasure = findings, playbook, remeasure
+        self.driver = driver  # the walk's, which relaunches the job to try the fix
         self.departure: dict[str, Any] = findings.first_departure
         self.chain = findings.chain()
 
@@ -285,16 +288,13 @@ class DepartureScreen(Screen[None]):
         self.app.pop_screen()
 
     def action_try_fix(self) -> None:
-        from fieldguide.tui.screens.walk import WalkScreen
-
-        walk = self.app.showing(WalkScreen)
         panel = self.query_one("#dep-tryfix", TryFixPanel)
-        if walk is None or walk.driver is None:
+        if self.driver is None:
             self.notify("The walk is gone: nothing to relaunch.")
         elif panel.running:
             self.notify("The fix is being tried already.")
         else:
-            panel.start(walk.driver)
+            panel.start(self.driver)
             self.query_one("#dep-scroll").scroll_to_widget(panel)
 
     def action_remeasure(self) -> None:

@@ -368,7 +368,8 @@ class WalkScreen(WalkWorkers):
             self.notify("No departure (yet).")
             return
         if not self.app.showing(DepartureScreen):
-            self.app.push_screen(DepartureScreen(self.driver.findings(), self.playbook, self.state.remeasure))
+            self.app.push_screen(DepartureScreen(self.driver.findings(), self.playbook, self.state.remeasure,
+                                                 self.driver))
 
     def action_export(self) -> None:
         assert self.driver is not None
