@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fieldguide.agent.inside.rows import StepRow
 from fieldguide.stats import median, quantile
 from fieldguide.targets import LaunchTarget
 
@@ -212,12 +213,12 @@ class TurnExperiment:
             conn = target.agent.primary() if target.agent else None
             if conn is None:
                 continue
-            rows = list(conn.steps)
+            rows = [StepRow.read(r) for r in conn.steps]
             if key == "a":
-                alone = [r[1] for r in rows if r[0] <= alone_until][-10:]
-                typical.append(median(alone or [r[1] for r in rows[-10:]]) or 0.0)
+                alone = [r.wall_s for r in rows if r.t_end <= alone_until][-10:]
+                typical.append(median(alone or [r.wall_s for r in rows[-10:]]) or 0.0)
             else:
-                typical.append(quantile([r[1] for r in rows[-10:]], 0.25) or 0.0)
+                typical.append(quantile([r.wall_s for r in rows[-10:]], 0.25) or 0.0)
         return min(max(window_s, 10 * max(typical, default=0.0)), 15.0)
 
     @staticmethod
@@ -238,8 +239,8 @@ class TurnExperiment:
             time.sleep(0.05)
         ended = time.monotonic()
         conn = target.agent.primary() if target.agent else None
-        rows = list(conn.steps) if conn is not None else []
-        step_ms = [round(r[1] * 1000, 3) for r in rows if r[0] <= ended and r[0] - r[1] >= started]
+        rows = [StepRow.read(r) for r in conn.steps] if conn is not None else []
+        step_ms = [round(r.wall_s * 1000, 3) for r in rows if r.t_end <= ended and r.t_end - r.wall_s >= started]
         return Turn(arm=arm, started=started, ended=ended, step_ms=step_ms,
                     peak_rss_mb=round(peak, 1) if peak is not None else None,
                     peak_cuda_mb=_cuda_peak_mb(target, conn, step_ms))

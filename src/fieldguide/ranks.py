@@ -13,6 +13,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fieldguide.agent.inside.rows import CollectiveRow
+
 RUN_QUEUE_SAID = 0.1  # a rank runnable but waiting for a CPU this much of the time: said in its verdict
 
 
@@ -56,22 +58,22 @@ class RankStats:
         return row
 
 
-def collective_fraction(rows: list[list[Any]], window_start: float, window_end: float) -> tuple[float | None, int]:
-    """From the collectives capability's rows [t_end, collective_s, backward_wait_s, backward_s,
-    calls]: the share of the window's steps spent waiting in collectives, and the steps counted."""
+def collective_fraction(rows: list[Any], window_start: float, window_end: float) -> tuple[float | None, int]:
+    """From the collectives capability's rows (`CollectiveRow`): the share of the window's steps
+    spent waiting in collectives, and the steps counted."""
     waits, spans = step_waits(rows, window_start, window_end)
     if not spans:  # one row or none in the window: no step to measure
-        return None, sum(1 for r in rows if window_start <= r[0] <= window_end)
+        return None, sum(1 for r in map(CollectiveRow.read, rows) if window_start <= r.t_end <= window_end)
     total = sum(spans)
     return (min(sum(waits) / total, 1.0) if total > 0 else None), len(spans)
 
 
-def step_waits(rows: list[list[Any]], window_start: float, window_end: float) -> tuple[list[float], list[float]]:
+def step_waits(rows: list[Any], window_start: float, window_end: float) -> tuple[list[float], list[float]]:
     """Each step's wait in collectives and its length, for the collectives rows in the window
     (a step spans from the row before it to its own)."""
-    chosen = [r for r in rows if window_start <= r[0] <= window_end]
-    spans = [b[0] - a[0] for a, b in zip(chosen, chosen[1:], strict=False)]
-    return [r[1] + r[2] for r in chosen[1:]], spans
+    chosen = [r for r in map(CollectiveRow.read, rows) if window_start <= r.t_end <= window_end]
+    spans = [b.t_end - a.t_end for a, b in zip(chosen, chosen[1:], strict=False)]
+    return [r.collective_s + r.backward_wait_s for r in chosen[1:]], spans
 
 
 @dataclass(frozen=True)

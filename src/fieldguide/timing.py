@@ -25,7 +25,7 @@ from rich.text import Text
 
 from fieldguide.coldstart import steady_step, step_signal
 from fieldguide.errors import EXIT_CLEAN, BadInput, TargetFailed
-from fieldguide.probes.loop import BOUNDARY, T_END
+from fieldguide.probes.loop import step_rows
 from fieldguide.stats import median, quantile
 
 WINDOWS = (20, 100, 400)
@@ -81,9 +81,9 @@ def step_ends(signals: Iterable[dict[str, Any]], rows: Iterable[Sequence[Any]]) 
     signal = step_signal(signals)
     rows = list(rows)
     if signal is None:
-        return [float(r[T_END]) for r in rows], False
+        return [float(r.t_end) for r in step_rows(rows)], False
     kind, start = signal["boundary"], float(signal["t"])
-    return [start, *(float(r[T_END]) for r in rows if r[BOUNDARY] == kind and float(r[T_END]) > start)], True
+    return [start, *(float(r.t_end) for r in step_rows(rows) if r.boundary == kind and float(r.t_end) > start)], True
 
 
 def device_window(reply: dict[str, Any]) -> DeviceWindow | None:

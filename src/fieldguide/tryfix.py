@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from fieldguide.experiment import Arms, ExperimentFailed, TurnExperiment
 from fieldguide.playbook.schema import Cause
@@ -20,6 +20,7 @@ from fieldguide.targets import LaunchTarget
 
 HELPS = 0.95  # an arm whose steps take at most this share of the job's, in every round, helps
 SCALES = 1.3  # a worker sweep whose last arm runs this much faster than its first scales
+WORKERS = "num_workers"  # the setting of a worker sweep
 WORKERS_PER_CORE = 4
 
 
@@ -30,8 +31,18 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def plan(cause: Cause, cores: int | None = None) -> list[tuple[str, dict[str, str]]] | str:
-    """The arms to relaunch (label, environment change), or why there is no experiment."""
+class PlannedArm(NamedTuple):
+    """An arm to relaunch: its label for people, the environment change, and what it sets, by
+    name (`setting`, the override's last part: `num_workers`) and `value`, for what reads arms."""
+
+    label: str
+    change: dict[str, str]
+    setting: str | None = None
+    value: Any = None
+
+
+def plan(cause: Cause, cores: int | None = None) -> list[PlannedArm] | str:
+    """The arms to relaunch, or why there is no experiment."""
     spec = cause.experiment
     if spec is None:
         return f"{cause.id} declares no experiment"
@@ -47,22 +58,21 @@ def plan(cause: Cause, cores: int | None = None) -> list[tuple[str, dict[str, st
     for value in values or [None]:
         change = dict(env)
         label = " ".join(f"{k}={v}" for k, v in env.items())
+        setting = None
         if override is not None:
+            setting = override.rsplit(".", 1)[-1]
             text = str(value).lower() if isinstance(value, bool) else str(value)
             change["FIELDGUIDE_OVERRIDES"] = f"{override}={text}"
-            label = f"{override.rsplit('.', 1)[-1]}={text}" + (f" {label}" if label else "")
-        arms.append((label, change))
+            label = f"{setting}={text}" + (f" {label}" if label else "")
+        arms.append(PlannedArm(label, change, setting, value if setting else None))
     return arms
 
 
 def sweep_shape(rows: list[dict[str, Any]], cores: int) -> str | None:
     """A worker sweep past the cores: does the last arm still run faster than the one with as many
     workers as cores (a loader that waits), or does it stop there (a loader that computes)?"""
-    by_workers = {}
-    for row in rows:
-        label = str(row["arm"])
-        if label.startswith("num_workers=") and row["step_ms"]:
-            by_workers[int(label.split("=", 1)[1].split()[0])] = row["step_ms"]
+    by_workers = {int(row["value"]): row["step_ms"] for row in rows
+                  if row.get("setting") == WORKERS and row.get("value") is not None and row["step_ms"]}
     at_cores = [w for w in by_workers if w <= cores]
     past = [w for w in by_workers if w > cores]
     if not at_cores or not past:
@@ -100,12 +110,15 @@ def try_fix(target: LaunchTarget, cause: Cause, *, rounds: int = 3, window_s: fl
         return {"cause": cause.id, "ran": False, "why": planned}
     if not target.alive():
         return {"cause": cause.id, "ran": False, "why": "the launched job has ended: no arm to compare with"}
-    experiment = TurnExperiment(target, "as launched", planned)
+    experiment = TurnExperiment(target, "as launched", [(arm.label, arm.change) for arm in planned])
     try:
         arms: Arms = experiment.run(rounds=rounds, window_s=window_s, cancelled=cancelled, progress=progress)
     except ExperimentFailed as err:
         return {"cause": cause.id, "ran": False, "why": str(err)}
     rows = arms.rows()
+    for row, arm in zip(rows[1:], planned, strict=True):
+        if arm.setting is not None:
+            row["setting"], row["value"] = arm.setting, arm.value
     for row, key in zip(rows, arms.labels, strict=True):
         applied = experiment.applied.get(key)
         row["applied"] = sorted({f"{a['name'].rsplit('.', 1)[-1]}={a['value']} at {a['where']}"

@@ -208,3 +208,45 @@ def test_a_flush_never_sends_an_item_without_what_was_appended_before_it() -> No
     finally:
         inside.close()
         outside.close()
+
+
+def stream_items(host: Host, capability: str, name: str) -> list[Any]:
+    found = host.messages(lambda m: m["type"] == "stream" and (m["capability"], m["name"]) == (capability, name))
+    return found[-1]["items"]
+
+
+def test_the_rows_the_agent_writes_are_read_back_field_by_field(agent_and_host: tuple[Agent, Host]) -> None:
+    """Each declared row (agent/inside/rows.py) crosses the socket as a JSON list and reads back,
+    by name, as what the capability recorded."""
+    from fieldguide.agent.inside.rows import CollectiveRow, MemoryRow, StepRow
+
+    agent, host = agent_and_host
+    loop = agent.capabilities["loop"]
+    loop.boundary("o")  # the first boundary starts the clock: no row
+    loop.loader_wait, loop.loader_cpu, loop.input_s, loop.input_cpu, loop.save_s = 0.011, 0.002, 0.013, 0.004, 0.005
+    loop.backwards, loop.closures, loop.forwards, loop.batch_elements = 2, 3, 1, 4096
+    loop.boundary("o")
+    step = StepRow.read(stream_items(host, "loop", "steps")[0])
+    assert (step.loader_wait_s, step.boundary, step.input_s, step.input_cpu_s, step.loader_cpu_s) == \
+        (0.011, "o", 0.013, 0.004, 0.002)
+    assert (step.backwards, step.closures, step.forwards, step.save_s, step.batch_elements) == (2, 3, 1, 0.005, 4096)
+    assert 0 <= step.wall_s < 5 and abs(step.t_end - time.monotonic()) < 5
+
+    collectives = agent.capabilities["collectives"]
+    collectives.collective_s, collectives.backward_wait_s, collectives.backward_s, collectives.calls = 0.25, 0.125, 0.5, 7
+    collectives.on_step()
+    waited = CollectiveRow.read(stream_items(host, "collectives", "steps")[0])
+    assert (waited.collective_s, waited.backward_wait_s, waited.backward_s, waited.calls) == (0.25, 0.125, 0.5, 7)
+
+    memory = MemoryRow.read(json.loads(json.dumps(agent.capabilities["memory"].row())))
+    assert memory.step == agent.step_count and memory.rss and memory.vms and memory.rss <= memory.vms
+    assert memory.cuda_allocated is None and memory.cuda_reserved is None  # no torch here
+
+
+def test_a_row_of_another_agent_version_reads_with_what_it_has() -> None:
+    from fieldguide.agent.inside.rows import StepRow
+
+    short = StepRow.read([1.0, 0.5, 0.0, "k"])
+    assert (short.t_end, short.boundary, short.input_s, short.batch_elements) == (1.0, "k", None, None)
+    longer = StepRow.read([*range(len(StepRow._fields)), "a field added later"])
+    assert longer == tuple(range(len(StepRow._fields)))

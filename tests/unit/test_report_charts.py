@@ -30,7 +30,7 @@ PHASES: list[dict[str, Any]] = [{"phase": "interpreter", "title": "Interpreter s
           {"phase": "first", "title": "First steps", "start_s": 3.52, "seconds": 6.28}]
 SWEEP = {"cause": "input.waiting", "ran": True, "rounds": 3, "shape": "scales with workers", "verdict": "it helps",
          "arms": [{"arm": "as launched", "step_ms": 58.1, "step_ms_q1": 55.8, "step_ms_q3": 60.1, "steps": 144},
-                  *({"arm": f"num_workers={w}", "step_ms": 58.0 / (1 + w), "step_ms_q1": 50.0 / (1 + w),
+                  *({"arm": f"num_workers={w}", "setting": "num_workers", "value": w, "step_ms": 58.0 / (1 + w), "step_ms_q1": 50.0 / (1 + w),
                      "step_ms_q3": 64.0 / (1 + w), "steps": 150, "vs_a": 1 / (1 + w), "vs_a_min": 0.9 / (1 + w),
                      "vs_a_max": 1.1 / (1 + w)} for w in (4, 0, 2, 8, 1))]}
 AB = {"cause": "host.debug_mode", "ran": True, "rounds": 3, "verdict": "anomaly=False helps",

@@ -19,16 +19,18 @@ def causes() -> dict:
 
 def test_a_worker_sweep_goes_past_the_cores_but_not_without_limit() -> None:
     arms = plan(causes()["input.waiting"], cores=2)
-    assert [label for label, _ in arms] == ["num_workers=0", "num_workers=1", "num_workers=2", "num_workers=4",
-                                            "num_workers=8"]
-    assert arms[3][1] == {"FIELDGUIDE_OVERRIDES": "dataloader.num_workers=4"}
-    assert [label for label, _ in plan(causes()["input.waiting"], cores=1)] == [
+    assert [arm.label for arm in arms] == ["num_workers=0", "num_workers=1", "num_workers=2", "num_workers=4",
+                                           "num_workers=8"]
+    assert arms[3].change == {"FIELDGUIDE_OVERRIDES": "dataloader.num_workers=4"}
+    assert (arms[3].setting, arms[3].value) == ("num_workers", 4)
+    assert [arm.label for arm in plan(causes()["input.waiting"], cores=1)] == [
         "num_workers=0", "num_workers=1", "num_workers=2", "num_workers=4"]
 
 
 def test_an_environment_experiment_and_a_code_change() -> None:
-    assert plan(causes()["compile.slower"]) == [("TORCH_COMPILE_DISABLE=1", {"TORCH_COMPILE_DISABLE": "1"})]
-    assert plan(causes()["compile.recompiles"]) == [("dynamic=true", {"FIELDGUIDE_OVERRIDES": "compile.dynamic=true"})]
+    assert plan(causes()["compile.slower"]) == [("TORCH_COMPILE_DISABLE=1", {"TORCH_COMPILE_DISABLE": "1"}, None, None)]
+    assert plan(causes()["compile.recompiles"]) == [("dynamic=true", {"FIELDGUIDE_OVERRIDES": "compile.dynamic=true"},
+                                                     "dynamic", True)]
     why = plan(causes()["host.blocking_io"])
     assert isinstance(why, str) and "code change" in why
 
@@ -63,7 +65,7 @@ def test_a_worker_sweep_that_scales_is_told_from_one_that_plateaus() -> None:
     def sweep(*ms: float) -> list[dict]:
         rows = arms_of({"a": [140] * 3, **{k: [m] * 3 for k, m in zip("bcdef", ms, strict=False)}}).rows()
         for row, workers in zip(rows[1:], (0, 1, 2, 4, 8), strict=False):
-            row["arm"] = f"num_workers={workers}"
+            row["arm"], row["setting"], row["value"] = f"a label read by people {workers}", "num_workers", workers
         return rows
 
     assert verdict(sweep(141, 140, 70, 35, 18), "dataloader.num_workers", cores=2)[1] == "scales with workers"

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from fieldguide.agent.inside.rows import StepRow
 from fieldguide.probes.stackclass import is_agent_file
 from fieldguide.stats import median
 
@@ -194,20 +195,21 @@ class Timeline:
         return max(self.run_s - self.compile_s, 0.0)
 
 
-def timeline(t0: float, now: float, steps: list[list[Any]], steps_before: int, compiles: list[dict[str, Any]],
+def timeline(t0: float, now: float, rows: list[Any], steps_before: int, compiles: list[dict[str, Any]],
              compile_s: float) -> Timeline:
-    first = steps[0][0] - t0 if steps and steps_before == 0 else None
+    steps = [StepRow.read(r) for r in rows]
+    first = steps[0].t_end - t0 if steps and steps_before == 0 else None
     ends = [c["t_end"] for c in compiles if c.get("t_end") is not None]
     last = max(ends) if ends else None
     steady = None
     if last is not None:
-        after = [i for i, row in enumerate(steps) if row[0] - row[1] >= last]
+        after = [i for i, row in enumerate(steps) if row.t_end - row.wall_s >= last]
         steady = steps_before + after[0] + 1 if after else None
     return Timeline(first_step_s=first, last_compile_s=(last - t0) if last is not None else None,
                     steady_from_step=steady, run_s=max(now - t0, 0.0), compile_s=compile_s)
 
 
-def steady_step_ms(steps: list[list[Any]], after: float | None) -> float | None:
-    walls = [row[1] for row in steps if after is None or row[0] - row[1] >= after]
+def steady_step_ms(rows: list[Any], after: float | None) -> float | None:
+    walls = [row.wall_s for row in map(StepRow.read, rows) if after is None or row.t_end - row.wall_s >= after]
     value = median(walls[-200:])
     return None if value is None else round(value * 1000, 3)

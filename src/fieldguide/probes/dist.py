@@ -63,7 +63,7 @@ class RankComparison(Probe):
         return self._from_stacks(ctx, ranks, seconds)
 
     def _from_agents(self, ctx: ProbeContext, agent: Any, seconds: float) -> Measurement:
-        from fieldguide.probes.loop import loop_values
+        from fieldguide.probes.loop import loop_values, step_rows
 
         conns = agent.ranks()
         primary = agent.primary()
@@ -84,8 +84,8 @@ class RankComparison(Probe):
             loop, _ = loop_values(steps, conn.iters, started, end, conn.steps_total - len(steps))
             collectives = list(conn.stream("collectives", "steps").items)
             waited, _ = collective_fraction(collectives, started, end)
-            window = [r for r in steps if started <= r[0] <= end]
-            elements = [r[11] for r in window if len(r) > 11 and r[11]]
+            window = [r for r in step_rows(steps) if started <= r.t_end <= end]
+            elements = [r.batch_elements for r in window if r.batch_elements]
             stats.append(RankStats(rank=conn.rank, pid=conn.pid, host=host, steps=loop.get("steps") or 0,
                                    step_ms=loop.get("step_ms_median"), data_wait=loop.get("data_wait_fraction"),
                                    collective_wait=waited, producer_cpu=loop.get("producer_cpu_fraction"),

@@ -5,10 +5,11 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fieldguide.agent.inside.rows import StepRow
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
@@ -19,14 +20,12 @@ from fieldguide.probes.uncertainty import events_margin, ratio_margin, share_mar
 from fieldguide.stats import median, quantile
 
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
-# The agent's step rows (agent/inside/capabilities/loop.py STEP_COLUMNS); older rows may be shorter.
 INPUT_SAMPLE_HZ = 50  # the agent's input-phase stack sampling; each sample costs the job ~30 us
-T_END, WALL, LOADER_WAIT, BOUNDARY, INPUT, INPUT_CPU, LOADER_CPU, BACKWARDS, CLOSURES, FORWARDS, SAVE, BATCH = range(12)
-ROW_WIDTH = 12
 
 
-def _padded(row: list[Any]) -> list[Any]:
-    return list(row) + [None] * (ROW_WIDTH - len(row))
+def step_rows(rows: Iterable[Any]) -> list[StepRow]:
+    """The agent's step rows as received (JSON lists), read by name."""
+    return [StepRow.read(row) for row in rows]
 
 
 @dataclass
@@ -59,7 +58,7 @@ def input_view(stacks: InputStacks, min_samples: int = 5) -> InputView:
                      frame=frames.most_common(1)[0][0] if frames else None, categories=dict(categories))
 
 
-def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_start: float,
+def loop_values(steps: Iterable[Any], iters: list[dict[str, Any]], window_start: float,
                 window_end: float, steps_before: int, warmup_steps: int = 3,
                 view: InputView | None = None, outside: dict[str, Any] | None = None,
                 ended: bool = False, margins: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
@@ -76,33 +75,33 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
     I/O: torch.save's own time, timed, plus what the stack window saw in other I/O.
     `margins`, if given, receives each share's uncertainty (probes/uncertainty.py).
     """
-    rows = [_padded(row) for i, row in enumerate(steps)
-            if window_start <= row[T_END] <= window_end and steps_before + i >= warmup_steps]
-    walls = [r[WALL] for r in rows]
+    rows = [row for i, row in enumerate(step_rows(steps))
+            if window_start <= row.t_end <= window_end and steps_before + i >= warmup_steps]
+    walls = [r.wall_s for r in rows]
     wall_total = sum(walls)
     missing: dict[str, str] = {}
     starts = [it for it in iters if window_start - (walls[0] if walls else 0) <= it["t_start"] <= window_end]
     stall = sum(it["first_batch_s"] for it in starts)
-    loader_rows = [r for r in rows if r[LOADER_WAIT]]
-    phased = [r for r in rows if r[INPUT] is not None]
+    loader_rows = [r for r in rows if r.loader_wait_s]
+    phased = [r for r in rows if r.input_s is not None]
     input_from = None
     producer_cpu = None
     if loader_rows:
         input_from = "DataLoader.__next__"
-        waits = [min(r[LOADER_WAIT], r[WALL]) for r in rows]
+        waits = [min(r.loader_wait_s, r.wall_s) for r in rows]
         in_workers = any((it.get("num_workers") or 0) > 0 for it in iters)
-        loader_wait = sum(r[LOADER_WAIT] for r in loader_rows)
+        loader_wait = sum(r.loader_wait_s for r in loader_rows)
         if in_workers:
             missing["producer_cpu_fraction"] = "batches come from DataLoader worker processes: their CPU is outside " \
                                                "the training thread"
-        elif loader_wait and all(r[LOADER_CPU] is not None for r in loader_rows):
-            producer_cpu = min(sum(r[LOADER_CPU] for r in loader_rows) / loader_wait, 1.0)
+        elif loader_wait and all(r.loader_cpu_s is not None for r in loader_rows):
+            producer_cpu = min(sum(r.loader_cpu_s or 0.0 for r in loader_rows) / loader_wait, 1.0)
     elif rows and outside and outside.get("data_wait_fraction") is not None and outside.get("input_from"):
         # py-spy reads without the GIL: the agent's own samples (taken with it) land after the GIL
         # is released, and saw a tokenizer that holds it in 10% of samples for 50% of the time.
         share = float(outside["data_wait_fraction"])
         input_from = str(outside["input_from"])  # as attach mode says it: the same samples
-        waits = [r[WALL] * share for r in rows]
+        waits = [r.wall_s * share for r in rows]
         if outside.get("producer") == "the training thread":
             producer_cpu = outside.get("producer_cpu_fraction")
         elif share:
@@ -113,18 +112,18 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         not_io = 1.0 - (view.io_share if view is not None and view.io_share is not None else 0.0)
         where = view.frame if view is not None and view.frame else None
         input_from = f"{where}, between steps" if where else "the time between a step and the next forward"
-        waits = [min(max(r[INPUT] - (r[SAVE] or 0.0), 0.0) * not_io, r[WALL]) if r[INPUT] is not None else 0.0
+        waits = [min(max(r.input_s - (r.save_s or 0.0), 0.0) * not_io, r.wall_s) if r.input_s is not None else 0.0
                  for r in rows]
-        phase_total = sum(r[INPUT] for r in phased)
+        phase_total = sum(r.input_s or 0.0 for r in phased)
         if phase_total:
-            producer_cpu = min(sum(r[INPUT_CPU] or 0.0 for r in phased) / phase_total, 1.0)
+            producer_cpu = min(sum(r.input_cpu_s or 0.0 for r in phased) / phase_total, 1.0)
     else:
         waits = []
         missing["data_wait_fraction"] = ("no DataLoader, and no forward seen after a step "
                                          "(a model outside nn.Module?)") if rows else "no steps"
     if producer_cpu is None and "producer_cpu_fraction" not in missing:
         missing["producer_cpu_fraction"] = "too little input time to tell"
-    saved = sum(r[SAVE] or 0.0 for r in rows)
+    saved = sum(r.save_s or 0.0 for r in rows)
     io_fraction = None
     io_at = None
     if wall_total and outside is not None and outside.get("io_fraction") is not None:
@@ -138,11 +137,11 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
         io_fraction = saved / wall_total
     else:
         missing["io_fraction"] = "no torch.save timed, and no stack window to see other I/O"
-    backwards = [r[BACKWARDS] for r in rows if r[BACKWARDS] is not None]
-    closures = [r[CLOSURES] for r in rows if r[CLOSURES] is not None]
+    backwards = [r.backwards for r in rows if r.backwards is not None]
+    closures = [r.closures for r in rows if r.closures is not None]
     values = {
         "steps": len(rows),
-        "boundary": BOUNDARY_NAMES.get(rows[-1][BOUNDARY], rows[-1][BOUNDARY]) if rows else None,
+        "boundary": BOUNDARY_NAMES.get(rows[-1].boundary, rows[-1].boundary) if rows else None,
         "input_from": input_from,
         "step_ms_median": _ms(median(walls)),
         "step_ms_p90": _ms(quantile(walls, 0.9)),
@@ -166,17 +165,17 @@ def loop_values(steps: list[list[Any]], iters: list[dict[str, Any]], window_star
     return values, missing
 
 
-def _margins(values: dict[str, Any], rows: list[list[Any]], waits: list[float],
+def _margins(values: dict[str, Any], rows: list[StepRow], waits: list[float],
              outside: dict[str, Any] | None, epoch_starts: int) -> dict[str, float]:
     """The shares' uncertainties: timed per step, the steps' spread; read from the stack
     window, its samples; the start-up stall, the number of epoch starts it is made of."""
     found: dict[str, float] = {}
-    walls = [r[WALL] for r in rows]
+    walls = [r.wall_s for r in rows]
     samples = int((outside or {}).get("samples") or 0)
     wait = values.get("data_wait_fraction")
     if wait is not None:
         from_samples = values.get("input_from") == (outside or {}).get("input_from") and not any(
-            r[LOADER_WAIT] for r in rows)
+            r.loader_wait_s for r in rows)
         spread = share_margin(wait, samples) if from_samples and samples else ratio_margin(waits, walls)
         if spread is not None:
             found["data_wait_fraction"] = spread
@@ -185,7 +184,7 @@ def _margins(values: dict[str, Any], rows: list[list[Any]], waits: list[float],
         found["startup_wait_fraction"] = events_margin(startup, epoch_starts)
     io = values.get("io_fraction")
     if io is not None and walls:
-        spread = ratio_margin([r[SAVE] or 0.0 for r in rows], walls) or 0.0
+        spread = ratio_margin([r.save_s or 0.0 for r in rows], walls) or 0.0
         if outside is not None and outside.get("io_fraction") is not None and samples:
             spread += share_margin(float(outside["io_fraction"]), samples)
         found["io_fraction"] = spread
@@ -196,10 +195,10 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
 
-def _series(rows: list[list[Any]], last: int) -> dict[str, list[float]]:
-    padded = [_padded(r) for r in rows[-last:]]
-    wait = [r[LOADER_WAIT] if r[LOADER_WAIT] or r[INPUT] is None else r[INPUT] for r in padded]
-    return {"step_ms": [round(r[WALL] * 1000, 2) for r in padded],
+def _series(rows: list[Any], last: int) -> dict[str, list[float]]:
+    padded = step_rows(rows[-last:])
+    wait = [r.loader_wait_s if r.loader_wait_s or r.input_s is None else r.input_s for r in padded]
+    return {"step_ms": [round(r.wall_s * 1000, 2) for r in padded],
             "data_wait_ms": [round(w * 1000, 2) for w in wait]}
 
 
@@ -263,7 +262,7 @@ class LoopSteps(AgentProbe):
         started = time.monotonic()
         # The window scales with the step time seen so far (a 2 s/step job needs more than 6 s
         # for min_steps), up to what the budget leaves.
-        recent = [r[WALL] for r in list(conn.steps)[-min_steps:]]
+        recent = [r.wall_s for r in step_rows(list(conn.steps)[-min_steps:])]
         typical = median(recent) or 0.0
         seconds = min(max(seconds, typical * min_steps * 1.2), ctx.budget_left)
         # Steps slower than they looked: wait on for min_steps, up to 3x, within the budget.
@@ -272,7 +271,7 @@ class LoopSteps(AgentProbe):
         device = self._device_time(ctx, conn, seconds)
         while True:
             now = time.monotonic()
-            in_window = [r for r in list(conn.steps) if r[T_END] >= started]
+            in_window = [r for r in step_rows(conn.steps) if r.t_end >= started]
             self.reading(ctx, elapsed=now - started, of=seconds, series=_series(in_window, 120))
             if now - started >= seconds and (len(in_window) >= min_steps or now >= deadline_hard):
                 break
@@ -299,7 +298,7 @@ class LoopSteps(AgentProbe):
         self._add_device_time(device, values, missing)
         if values.get("device_step_ms_median") is not None:
             provenance += "; on the GPU, device time per step from CUDA events (the synchronized step time)"
-        window = [r for r in steps if started <= r[T_END] <= end]
+        window = [r for r in step_rows(steps) if started <= r.t_end <= end]
         evidence = self._evidence(window, conn.iters, started, end)
         if view is not None and view.samples:
             evidence["input_phase"] = {"samples": view.samples, "categories": view.categories,
@@ -320,7 +319,7 @@ class LoopSteps(AgentProbe):
         agent = ctx.target.agent
         if "cuda" not in conn.capabilities or agent is None:
             return None
-        typical = median([r[WALL] for r in list(conn.steps)[-10:]]) or 0.05
+        typical = median([r.wall_s for r in step_rows(list(conn.steps)[-10:])]) or 0.05
         steps = max(5, min(50, int(seconds / max(typical, 1e-3))))
         return Background("fieldguide-device-time", lambda: agent.request(
             "cuda", {"steps": steps, "timeout_s": seconds + 5}, timeout=seconds + 10, name="device_time"))
@@ -373,5 +372,5 @@ class LoopSteps(AgentProbe):
         return text + (f"; hooks that did not install: {'; '.join(failures)}" if failures else "")
 
     @staticmethod
-    def _evidence(window: list[list[Any]], iters: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
+    def _evidence(window: list[StepRow], iters: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
         return {**_series(window, 300), "epoch_starts": [it for it in iters if start <= it["t_start"] <= end][:20]}

@@ -7,32 +7,32 @@ import shutil
 import time
 from typing import Any
 
+from fieldguide.agent.inside.rows import MemoryRow, RssRow
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agentprobe import AgentProbe
 from fieldguide.probes.base import ProbeContext
-from fieldguide.probes.loop import Background
+from fieldguide.probes.loop import Background, step_rows
 from fieldguide.probes.memfit import MB, growth, mb, shares, sustained_rate, tightest
 from fieldguide.stats import median
 
-STEP, T, RSS, VMS, CUDA_ALLOCATED, CUDA_RESERVED = range(6)  # the agent's ROW_COLUMNS
 MIN_WINDOW_STEPS = 40  # a window long enough to see a per-step leak under allocator noise
 
 
-def used_bytes(row: list[Any]) -> int:
+def used_bytes(row: MemoryRow) -> int:
     """What a row's memory is: the CUDA allocator's when the job uses CUDA, else the resident set."""
-    return int(row[CUDA_ALLOCATED] if row[CUDA_ALLOCATED] is not None else row[RSS])
+    return int(row.cuda_allocated if row.cuda_allocated is not None else row.rss or 0)
 
 
 def growth_values(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Values from a `watch` reply: the sustained growth of use, and the tensors that grew."""
-    rows = [r for r in result.get("rows") or [] if r[RSS]]
+    rows = [r for r in map(MemoryRow.read, result.get("rows") or []) if r.rss]
     values: dict[str, Any] = {"steps_measured": len(rows)}
     missing: dict[str, str] = {}
-    steps = [float(r[STEP]) for r in rows]
+    steps = [float(r.step) for r in rows]
     used = [float(used_bytes(r)) for r in rows]
     per_step = growth(steps, used)
-    per_second = growth([float(r[T]) for r in rows], used)
+    per_second = growth([float(r.t) for r in rows], used)
     if per_step is None or per_second is None:
         why = f"{len(rows)} step boundaries in the window: too few to fit a trend"
         for key in ("growth_kb_per_step", "growth_mb_per_min", "growth_fit_r2"):
@@ -42,17 +42,17 @@ def growth_values(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
         values["growth_mb_per_min"] = round((sustained_rate(per_second) or 0.0) * 60 / MB, 2)
         values["growth_fit_r2"] = round(per_step.r2, 3)
         values["grew_mb"] = round(per_step.total / MB, 1)
-    values["memory_kind"] = "CUDA allocated" if rows and rows[-1][CUDA_ALLOCATED] is not None else "RSS"
+    values["memory_kind"] = "CUDA allocated" if rows and rows[-1].cuda_allocated is not None else "RSS"
     values["used_mb"] = mb(used[-1]) if used else None
     census = result.get("census")
-    span = (rows[-1][STEP] - rows[0][STEP]) if len(rows) > 1 else 0
+    span = (rows[-1].step - rows[0].step) if len(rows) > 1 else 0
     if census and span > 0:
         growing = result.get("growing") or []
         top = growing[0] if growing else None
         values["tensors_kept_per_step"] = round(top["added"] / span, 3) if top else 0.0
         values["graph_nodes_kept_per_step"] = round(max(census[1]["graph_nodes"] - census[0]["graph_nodes"], 0) / span, 2)
         values["live_tensors"] = census[1]["tensors"]
-        minutes = (rows[-1][T] - rows[0][T]) / 60
+        minutes = (rows[-1].t - rows[0].t) / 60
         if minutes > 0:
             census_rate = max(census[1]["bytes"] - census[0]["bytes"], 0) / MB / minutes
             values["census_growth_mb_per_min"] = round(census_rate, 2)
@@ -103,7 +103,7 @@ class MemoryGrowth(AgentProbe):
         failures = self.hook_failures(ctx, conn)
         if conn is None:
             return self.cannot("the in-process agent is not connected")
-        step_s = median([row[1] for row in list(conn.steps)[-20:]]) if conn.steps else None
+        step_s = median([row.wall_s for row in step_rows(list(conn.steps)[-20:])]) if conn.steps else None
         window = max(seconds, MIN_WINDOW_STEPS * (step_s or 0.0))
         window = min(window, max(ctx.budget_left - 4.0, 1.0))
         asking = Background("fieldguide-memory-watch",
@@ -111,7 +111,7 @@ class MemoryGrowth(AgentProbe):
         rows = conn.stream(self.capability, "steps")
         while asking.alive():
             asking.result(0.5)
-            recent = [used_bytes(r) / MB for r in list(rows.items)[-60:] if r[RSS]]
+            recent = [used_bytes(r) / MB for r in map(MemoryRow.read, list(rows.items)[-60:]) if r.rss]
             self.reading(ctx, elapsed=time.monotonic() - started, of=window, series={"used_mb": recent})
         reply = asking.result(0.0)
         if reply is None:
@@ -241,10 +241,10 @@ class MemoryBreakdown(AgentProbe):
     def killed(self, ctx: ProbeContext, conn: Any, started: float) -> Measurement:
         """SIGKILL with no Python exception: the kernel's OOM killer's way (or a scheduler's)."""
         seen = list(conn.stream(self.capability, "rss").items)
-        last = seen[-1] if seen else None
-        values: dict[str, Any] = {"oom": True, "peak_mb": mb(last[1]) if last else None,
+        last = RssRow.read(seen[-1]) if seen else None
+        values: dict[str, Any] = {"oom": True, "peak_mb": mb(last.rss) if last else None,
                                   "breakdown": "none: the job was killed without a Python exception"}
-        where = f"; its last RSS seen was {values['peak_mb']} MB at step {last[2]}" if last else ""
+        where = f"; its last RSS seen was {values['peak_mb']} MB at step {last.step}" if last else ""
         no_breakdown = "the job was killed without a Python exception: nothing inside it could break memory down"
         missing = {key: no_breakdown for key in ("dominant", "peak_fraction_of_limit", "activations_share")}
         return self.measurement(values=values, missing=missing, evidence={"rss": seen[-30:]},

@@ -14,6 +14,7 @@ from html import escape
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
+from fieldguide.agent.inside.rows import MemoryRow, RssRow
 from fieldguide.report.drawing import COLOURS, fmt, number
 from fieldguide.report.timeline import timed_phases, timeline_title
 
@@ -75,14 +76,15 @@ def _mb(value: object) -> float | None:
 
 
 def _memory_series(evidence: dict[str, Any]) -> Series | None:
-    """Memory per step from a memory probe's evidence: the agent's step rows (memory.growth: step, t,
-    rss, vms, cuda_allocated, cuda_reserved; CUDA's when the job uses it), or RSS samples in bytes,
-    each a number (one per sample) or [t, bytes, step]."""
+    """Memory per step from a memory probe's evidence: the agent's rows (memory.growth's
+    `MemoryRow`s, CUDA's memory when the job uses it), or RSS samples in bytes, each a number (one
+    per sample) or an `RssRow`."""
     rows, rss = evidence.get("rows"), evidence.get("rss")
-    if isinstance(rows, list) and rows and all(isinstance(r, list) and len(r) >= 6 for r in rows):
-        pairs = [(number(r[0]), r[4] if r[4] is not None else r[2]) for r in rows]
-    elif isinstance(rss, list) and rss and all(isinstance(r, list) and len(r) >= 3 for r in rss):
-        pairs = [(number(r[2]), r[1]) for r in rss]
+    if isinstance(rows, list) and rows and all(isinstance(r, list) and len(r) >= len(MemoryRow._fields) for r in rows):
+        steps = [MemoryRow.read(r) for r in rows]
+        pairs = [(number(r.step), r.cuda_allocated if r.cuda_allocated is not None else r.rss) for r in steps]
+    elif isinstance(rss, list) and rss and all(isinstance(r, list) and len(r) >= len(RssRow._fields) for r in rss):
+        pairs = [(number(r.step), r.rss) for r in map(RssRow.read, rss)]
     elif isinstance(rss, list) and rss:
         return Series(MEMORY, "MB", tuple(_mb(v) for v in rss))
     else:
@@ -129,18 +131,18 @@ def series_groups(findings: Findings, nodes: list[str] | None = None) -> list[Se
 
 
 def arm_bars(experiment: dict[str, Any]) -> list[Bar]:
-    """A tried fix's arms as bars (the job as launched first); `x` set on the arms of a worker sweep.
+    """A tried fix's arms as bars (the job as launched first); `x` set on the arms of a worker sweep
+    (their `setting` is num_workers, its `value` the count).
     The bar is the median of the arm's turns' mean step times, the whisker the quartiles of the same
     turn means. A report from before they were (its quartiles were of single steps, which a bursty
     loader puts far from the median) has quartiles that need not contain the median: no whisker then."""
     bars = []
     for arm in experiment.get("arms") or []:
-        text = str(arm.get("arm", ""))
-        count = text.split("=", 1)[1].split()[0] if text.startswith("num_workers=") else ""
+        workers = number(arm.get("value")) if arm.get("setting") == "num_workers" else None
         value, low, high = number(arm.get("step_ms")), number(arm.get("step_ms_q1")), number(arm.get("step_ms_q3"))
         if value is None or low is None or high is None or not low <= value <= high:
             low = high = None
-        bars.append(Bar(text, value, low, high, int(count) if count.isdigit() else None))
+        bars.append(Bar(str(arm.get("arm", "")), value, low, high, int(workers) if workers is not None else None))
     return bars
 
 

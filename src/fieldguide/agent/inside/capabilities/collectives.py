@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 from ..capability import Capability
+from ..rows import CollectiveRow
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
                "broadcast", "barrier", "monitored_barrier", "reduce", "all_to_all", "all_to_all_single", "gather",
@@ -161,8 +162,8 @@ class Collectives(Capability):
             return False
 
     def on_step(self) -> None:
-        self.rows.append([time.monotonic(), round(self.collective_s, 6), round(self.backward_wait_s, 6),
-                          round(self.backward_s, 6), self.calls])
+        self.rows.append(CollectiveRow(time.monotonic(), round(self.collective_s, 6), round(self.backward_wait_s, 6),
+                                       round(self.backward_s, 6), self.calls))
         self.collective_s = self.backward_wait_s = self.backward_s = 0.0
         self.calls = 0
 

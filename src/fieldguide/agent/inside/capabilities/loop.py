@@ -15,7 +15,7 @@ outermost modules during the first steps, then per-module hooks on those replace
 own CPU time over the phase tells producing input (on-CPU) from waiting for it.
 `DataLoader.__next__` is timed as before (wait, and the main thread's CPU in it).
 
-Streams `steps` rows (see STEP_COLUMNS) and `iters` (one dict per DataLoader
+Streams `steps` rows (rows.StepRow) and `iters` (one dict per DataLoader
 iterator, at its first batch); reports hook state in `signals`. Answers
 `input_stacks`: for a few seconds, samples the training thread's stack while it is in its
 input phase (`sys._current_frames`, from a thread of its own, at jittered ticks), so the phase's
@@ -36,11 +36,10 @@ from types import ModuleType
 from typing import Any
 
 from ..capability import Capability
+from ..rows import StepRow
 from .cuda import cuda_in_use
 
 BY_OPTIMIZER, BY_BACKWARD = "o", "k"
-STEP_COLUMNS = ("t_end", "wall_s", "loader_wait_s", "boundary", "input_s", "input_cpu_s", "loader_cpu_s",
-                "backwards", "closures", "forwards", "save_s", "batch_elements")
 # Not judgements: how long the outermost modules are looked for, and how many forwards with
 # no backward at all make a process one that serves rather than trains.
 DISCOVERY_PHASES = 4
@@ -148,9 +147,10 @@ class LoopTiming(Capability):
             self.kind, self.last_boundary = kind, None  # a better signal: start over with it
             self.signals.append({"boundary": kind, "t": now})
         if self.last_boundary is not None:
-            self.steps.append([now, now - self.last_boundary, self.loader_wait, kind,
-                               self.input_s if self.forwards else None, self.input_cpu, self.loader_cpu,
-                               self.backwards, self.closures, self.forwards, self.save_s, self.batch_elements])
+            self.steps.append(StepRow(now, now - self.last_boundary, self.loader_wait, kind,
+                                      self.input_s if self.forwards else None, self.input_cpu, self.loader_cpu,
+                                      self.backwards, self.closures, self.forwards, self.save_s,
+                                      self.batch_elements))
         self.last_boundary = now
         self.batch_elements = None
         self.train_thread = threading.get_ident()

@@ -1,7 +1,7 @@
 """Memory: how use changes step over step, what it is made of at its peak, and the OOM.
 
 Idle, it installs nothing on the training thread. Requests:
-- `watch` {seconds}: at each step boundary for that long, a row (see ROW_COLUMNS),
+- `watch` {seconds}: at each step boundary for that long, a row (rows.MemoryRow),
   streamed as it goes; a census of live tensors at the first and the last boundary,
   and what grew between them, with what keeps the growth alive.
 - `breakdown`: the next whole step with saved tensors tracked (a saved-tensor pack
@@ -25,8 +25,8 @@ from typing import Any
 
 from .. import memread
 from ..capability import Capability
+from ..rows import MemoryRow, RssRow
 
-ROW_COLUMNS = ("step", "t", "rss", "vms", "cuda_allocated", "cuda_reserved")
 MAX_WATCH_SECONDS = 120.0
 STALL_SECONDS = 5.0
 RSS_EVERY = 1.0
@@ -140,11 +140,11 @@ class Memory(Capability):
         if not self.armed and self.watch is None and not self.breakdowns:
             self.agent.remove_step_listener(self)
 
-    def row(self) -> list[Any]:
+    def row(self) -> MemoryRow:
         rss, vms = memread.rss_vms()
         cuda = memread.cuda_used(self.torch) if self.torch is not None else None
-        return [self.agent.step_count, round(time.monotonic(), 4), rss, vms,
-                cuda[0] if cuda else None, cuda[1] if cuda else None]
+        return MemoryRow(self.agent.step_count, round(time.monotonic(), 4), rss, vms,
+                         cuda[0] if cuda else None, cuda[1] if cuda else None)
 
     def watch_step(self, watch: dict[str, Any]) -> None:
         assert self.torch is not None
@@ -161,7 +161,7 @@ class Memory(Capability):
 
     def answer_watch(self, watch: dict[str, Any], after: dict[str, Any] | None) -> None:
         before = watch["before"]
-        result: dict[str, Any] = {"rows": watch["rows"], "columns": list(ROW_COLUMNS)}
+        result: dict[str, Any] = {"rows": watch["rows"]}
         if before is not None and after is not None:
             growing = memread.growing_groups(before, after)
             result["census"] = [{k: c[k] for k in ("tensors", "bytes", "graph_nodes", "graph_capped")}
@@ -245,7 +245,7 @@ class Memory(Capability):
         now = time.monotonic()
         if now - self.rss_at >= RSS_EVERY:
             self.rss_at = now
-            self.rss.append([round(now, 3), memread.rss_vms()[0], self.agent.step_count])
+            self.rss.append(RssRow(round(now, 3), memread.rss_vms()[0], self.agent.step_count))
         if watch is not None and now - max(watch["until"] or watch["asked"], self.agent.last_step_seen) > STALL_SECONDS:
             self.watch = None  # no boundary to end the window on: answer with the rows there are
             self.answer_watch(watch, None)
