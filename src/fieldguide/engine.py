@@ -252,7 +252,8 @@ class Walk:
         elif result.status == DEPART:
             edge = node.on_depart
             if edge.kind == "stop":  # what was measured puts the target outside this playbook
-                self._stop_inconclusive(edge.target)
+                values = result.measurement.values if result.measurement is not None else result.measured
+                self._stop_inconclusive(render_template(edge.target, values))
                 return result
         else:
             edge = node.on_error or node.on_pass

@@ -298,7 +298,7 @@ def test_local_target_skips_target_trains_and_stops_inconclusive(walk_with):
     assert walk.verdict == INCONCLUSIVE
     assert walk.departure is None and walk.conclusion is None
     assert walk.path[0].note == "training.activity needs a target process (--pid or -- CMD)"
-    assert walk.caveat == ("not a training job, so no cause: "
+    assert walk.caveat == ("could not tell whether it trains, so no cause: "
                            "training.activity needs a target process (--pid or -- CMD)")
 
 
@@ -329,22 +329,23 @@ def test_every_probe_cannot_measure_stops_at_target_trains(walk_with):
     assert walk.finished
     assert walk.verdict == INCONCLUSIVE
     assert walk.departure is None and walk.conclusion is None
-    assert walk.caveat == f"not a training job, so no cause: training.activity: {reason}"
+    assert walk.caveat == f"could not tell whether it trains, so no cause: training.activity: {reason}"
 
 
-def test_a_target_that_does_not_train_ends_inconclusive_with_the_reason(walk_with):
-    why = "not training: forward only: a model being served, not trained in 300 samples over 6 s"
-    walk, fake = walk_with({"training.activity": Measurement.cannot("training.activity", why)})
-    assert statuses(walk) == [("target.trains", ERROR)]
+def test_a_target_that_does_not_train_departs_and_ends_inconclusive_with_what_was_seen(walk_with):
+    """Not training is a reading (trains: false), not a failure to measure: target.trains departs,
+    and its stop says what was seen."""
+    why = "forward only: a model being served, not trained in 300 samples over 6 s"
+    walk, fake = walk_with({"training.activity": {"trains": False, "seen": why}})
+    assert statuses(walk) == [("target.trains", DEPART)]
     assert fake.calls == ["training.activity"]  # no debug flags, loop or stacks measured for it
     trains = walk.path[0]
-    assert trains.note == f"training.activity: {why}"
-    assert trains.probe is None and trains.measured == {}
+    assert trains.probe == "training.activity" and trains.measured == {"trains": False}
     assert trains.expected == "trains == true"
     assert walk.finished
     assert walk.verdict == INCONCLUSIVE
     assert walk.departure is None and walk.conclusion is None
-    assert walk.caveat == f"not a training job, so no cause: training.activity: {why}"
+    assert walk.caveat == f"not a training job, so no cause: {why}"
 
 
 def test_every_check_after_target_trains_cannot_measure_gives_errors_and_inconclusive(walk_with):

@@ -151,8 +151,8 @@ def test_edges_of_the_real_playbook(slow_training):
     assert [o.probe for o in trains.measure] == ["training.activity"]
     assert trains.measure[0].expect.describe() == "trains == true"
     assert (trains.on_pass.kind, trains.on_pass.target) == ("node", "dist.ranks")
-    assert (trains.on_depart.kind, trains.on_depart.target) == ("node", "dist.ranks")
-    assert (trains.on_error.kind, trains.on_error.target) == ("stop", "not a training job, so no cause")
+    assert (trains.on_depart.kind, trains.on_depart.target) == ("stop", "not a training job, so no cause: {seen}")
+    assert (trains.on_error.kind, trains.on_error.target) == ("stop", "could not tell whether it trains, so no cause")
     assert [o.probe for o in nodes["input.producer"].measure] == ["loop.steps", "stacks.sample", "process.cpu"]
     assert nodes["env.debug-flags"].on_pass.target == "input.worker-startup"
     assert (nodes["env.debug-flags"].on_depart.kind, nodes["env.debug-flags"].on_depart.target) == \

@@ -147,7 +147,7 @@ def test_inconclusive_findings_carry_the_reason(walk_with, env):
     check_contract(data)
     assert data["verdict"] == "inconclusive"
     assert data["conclusion"] is None and data["first_departure"] is None
-    assert data["note"] == "not a training job, so no cause: training.activity: no agent"
+    assert data["note"] == "could not tell whether it trains, so no cause: training.activity: no agent"
     assert [s["node"] for s in data["path"]] == ["target.trains"]
     assert all(s["status"] == "error" and s["note"] for s in data["path"])
 
@@ -166,21 +166,21 @@ def test_inconclusive_findings_past_target_trains_carry_every_reason(walk_with, 
 
 
 def test_a_walk_that_does_not_train_reports_why_and_no_cause(walk_with, env):
-    why = "not training: forward only: a model being served, not trained in 300 samples over 6 s"
-    walk, _ = walk_with({"training.activity": Measurement.cannot("training.activity", why)})
+    why = "forward only: a model being served, not trained in 300 samples over 6 s"
+    walk, _ = walk_with({"training.activity": {"trains": False, "seen": why}})
     data = findings_from_walk(walk, TARGET, env).to_json()
     check_contract(data)
     assert data["verdict"] == "inconclusive"
     assert data["first_departure"] is None and data["conclusion"] is None
-    assert data["note"] == f"not a training job, so no cause: training.activity: {why}"
-    assert data["path"] == [{"node": "target.trains", "status": "error", "measured": {}, "expected": "trains == true",
-                             "probe": None, "seconds": 0.0, "note": f"training.activity: {why}"}]
+    assert data["note"] == f"not a training job, so no cause: {why}"
+    assert [(s["node"], s["status"], s["measured"]) for s in data["path"]] == [
+        ("target.trains", "depart", {"trains": False})]
 
 
 def test_a_given_note_comes_first_then_the_caveat(walk_with, env):
     walk, _ = walk_with(base={p: Measurement.cannot(p, "x") for p in healthy_values()})
     findings = findings_from_walk(walk, TARGET, env, note="interrupted by the user")
-    assert findings.note == "interrupted by the user; not a training job, so no cause: training.activity: x"
+    assert findings.note == "interrupted by the user; could not tell whether it trains, so no cause: training.activity: x"
 
 
 def test_a_clean_attach_walk_says_what_it_did_not_measure(walk_with, env):

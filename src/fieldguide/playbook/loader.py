@@ -90,6 +90,10 @@ def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
             raise PlaybookError(path, line, "{stop: WHY} ends a walk with no cause (it could not measure, or what it "
                                 "measured puts the target outside the playbook): only an error or depart edge may "
                                 "stop, and it must say why", node=node, field=key)
+        try:  # a depart's reason may quote what was measured: "{seen}"
+            template_fields(raw["stop"])
+        except ValueError as err:
+            raise PlaybookError(path, line, str(err), node=node, field=key) from None
         return Edge(kind="stop", target=raw["stop"].strip())
     if isinstance(raw, LineDict) and len(set(raw) & {"cause", "leaf"}) == 1:
         extra = set(raw) - {"cause", "leaf", "summary"}

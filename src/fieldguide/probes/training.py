@@ -31,7 +31,7 @@ class TrainingActivity(Probe):
     reads_history = True
     params = {"wait": 10.0}
     values = {"trains": "", "seen_by": "", "steps_seen": "", "step_signal": "", "training_samples": "",
-              "forward_samples": "", "samples": ""}
+              "forward_samples": "", "samples": "", "seen": ""}
 
     def run(self, ctx: ProbeContext, wait: float = 10.0) -> Measurement:
         agent = ctx.target.agent
@@ -79,8 +79,8 @@ class TrainingActivity(Probe):
         where = self._main_thread_now(ctx)
         if where:
             seen.append(f"the main thread is in {where}")
-        return self.cannot(f"not training: no optimizer step or backward() in {elapsed:.0f} s"
-                           + (f" ({'; '.join(seen)})" if seen else ""), provenance=provenance, seconds=elapsed)
+        values["seen"] = f"no optimizer step or backward() in {elapsed:.0f} s" + (f" ({'; '.join(seen)})" if seen else "")
+        return self.measurement(values=values, provenance=provenance, seconds=elapsed)
 
     def _main_thread_now(self, ctx: ProbeContext) -> str | None:
         if ctx.measure is None or not ctx.target.alive():
@@ -147,8 +147,8 @@ class TrainingActivity(Probe):
         top = usable[-1].evidence.get("top_stacks") or []
         where = f"; the main thread is mostly in {top[0]['stack'].split(' ← ')[0]}" if top else ""
         what = "forward only: a model being served, not trained" if forward else "no forward or backward"
-        return self.cannot(f"not training: {what} in {samples} samples over {seconds:.0f} s{where}",
-                           provenance=provenance, seconds=time.monotonic() - started)
+        values["seen"] = f"{what} in {samples} samples over {seconds:.0f} s{where}"
+        return self.measurement(values=values, provenance=provenance, seconds=time.monotonic() - started)
 
     @staticmethod
     def _counts(windows: list[Measurement]) -> tuple[int, int, int]:
