@@ -282,9 +282,10 @@ def _explain(item_id: str) -> int:
     from rich.markdown import Markdown
 
     if cause is not None:
-        steps = "\n".join(f"{i}. {s}" for i, s in enumerate(cause.fix, 1))
-        Console().print(Markdown(f"# {cause.id}: {cause.title}\n\n## Why it costs\n\n{cause.why}\n\n"
-                                 f"## Fix\n\n{steps}\n\n## Verify\n\n{cause.verify}\n"))
+        from fieldguide.report.fixsteps import page_markdown  # the page as every report shows it
+
+        Console().print(Markdown(f"# {cause.id}: {cause.title}\n\n"
+                                 + page_markdown(cause.why, cause.fix, cause.verify, level=2)))
         return 0
     playbooks = list_playbooks([])  # a malformed playbook has no leaves to tell of (`playbooks` names it)
     found = [(playbook, playbook.leaves[item_id]) for playbook in playbooks if item_id in playbook.leaves]

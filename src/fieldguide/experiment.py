@@ -213,7 +213,7 @@ class TurnExperiment:
             conn = target.agent.primary() if target.agent else None
             if conn is None:
                 continue
-            rows = [StepRow.read(r) for r in conn.steps]
+            rows = [StepRow.read(r) for r in list(conn.steps)]
             if key == "a":
                 alone = [r.wall_s for r in rows if r.t_end <= alone_until][-10:]
                 typical.append(median(alone or [r.wall_s for r in rows[-10:]]) or 0.0)
@@ -239,7 +239,7 @@ class TurnExperiment:
             time.sleep(0.05)
         ended = time.monotonic()
         conn = target.agent.primary() if target.agent else None
-        rows = [StepRow.read(r) for r in conn.steps] if conn is not None else []
+        rows = [StepRow.read(r) for r in list(conn.steps)] if conn is not None else []
         step_ms = [round(r.wall_s * 1000, 3) for r in rows if r.t_end <= ended and r.t_end - r.wall_s >= started]
         return Turn(arm=arm, started=started, ended=ended, step_ms=step_ms,
                     peak_rss_mb=round(peak, 1) if peak is not None else None,

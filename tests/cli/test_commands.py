@@ -28,6 +28,16 @@ def test_explain_prints_the_cause_page() -> None:
         assert section in proc.stdout
 
 
+def test_explain_keeps_a_steps_code_inside_its_numbered_step() -> None:
+    """The page as the reports render it (report/fixsteps.py): step 1's code block is indented
+    under it, and step 2 is numbered 2, not restarted after the block."""
+    lines = run_fieldguide("explain", "host.debug_mode").stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1 Remove the switch"))
+    second = next(i for i, line in enumerate(lines) if line.lstrip().startswith("2 Replace"))
+    code = [line for line in lines[first + 1:second] if "set_detect_anomaly" in line]
+    assert code and all(line.startswith("    ") for line in code)
+
+
 def test_report_renders_a_saved_json_report(tmp_path: Path) -> None:
     from fieldguide.engine import Walk
     from fieldguide.playbook import find_playbook

@@ -24,7 +24,8 @@ INPUT_SAMPLE_HZ = 50  # the agent's input-phase stack sampling; each sample cost
 
 
 def step_rows(rows: Iterable[Any]) -> list[StepRow]:
-    """The agent's step rows as received (JSON lists), read by name."""
+    """The agent's step rows as received (JSON lists), read by name. Pass a copy of a live
+    stream (`list(conn.steps)`): the reader thread appends to it meanwhile."""
     return [StepRow.read(row) for row in rows]
 
 
@@ -271,7 +272,7 @@ class LoopSteps(AgentProbe):
         device = self._device_time(ctx, conn, seconds)
         while True:
             now = time.monotonic()
-            in_window = [r for r in step_rows(conn.steps) if r.t_end >= started]
+            in_window = [r for r in step_rows(list(conn.steps)) if r.t_end >= started]
             self.reading(ctx, elapsed=now - started, of=seconds, series=_series(in_window, 120))
             if now - started >= seconds and (len(in_window) >= min_steps or now >= deadline_hard):
                 break

@@ -9,7 +9,6 @@ sees. Pure apart from reading the reports and writing the result.
 
 from __future__ import annotations
 
-import html
 import json
 import socket
 import statistics
@@ -20,7 +19,17 @@ from fieldguide import __version__
 from fieldguide.errors import FieldguideError
 from fieldguide.ranks import pace
 from fieldguide.report.findings import Findings, load_report, utc_now
-from fieldguide.report.mdtext import md_cell, md_text
+from fieldguide.report.formats import format_module
+from fieldguide.report.sections import (
+    Bullets,
+    Cell,
+    Heading,
+    Paragraph,
+    Section,
+    Span,
+    Table,
+    Title,
+)
 from fieldguide.safewrite import write_text
 
 STRAGGLER = "dist.straggler"
@@ -227,35 +236,26 @@ def _lines(merged: dict[str, Any]) -> tuple[str, list[str]]:
     return head, said
 
 
+def merged_sections(merged: dict[str, Any]) -> list[Section]:
+    """The merged view as report sections. Hosts, paths and causes come from the reports' files:
+    each format shows them as they are, never as markup."""
+    head, said = _lines(merged)
+    node_columns = ("host", "verdict", "cause", "ranks", "step ms", "report")
+
+    def table(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> Table:
+        return Table(columns, tuple(tuple(Cell(_cell(r, c)) for c in columns) for r in rows))
+
+    return [Title("fieldguide: merged report"), Paragraph((Span("Verdict", "bold"), Span(f": {head}"))),
+            *([Bullets(tuple(said))] if said else []),
+            Heading(2, "Nodes"), table(node_columns, merged["nodes"]), Heading(2, "Ranks"), table(COLUMNS, merged["ranks"]),
+            Paragraph((Span(f"Merged by fieldguide {merged['fieldguide_version']} at {merged['created']}."),))]
+
+
 def render_merged(merged: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(merged, indent=2, default=str) + "\n"
-    head, said = _lines(merged)
-    node_columns = ("host", "verdict", "cause", "ranks", "step ms", "report")
-    if fmt == "md":
-        def table(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> list[str]:
-            return ([f"| {' | '.join(columns)} |", "|" + "---|" * len(columns)]
-                    + [f"| {' | '.join(md_cell(_cell(r, c)) for c in columns)} |" for r in rows])
-        # Hosts, paths and causes come from the reports' files: shown as they are, never as markup.
-        lines = ["# fieldguide: merged report", "", f"**Verdict**: {md_text(head)}", ""]
-        lines += [f"- {md_text(line)}" for line in said] + ([""] if said else [])
-        lines += ["## Nodes", "", *table(node_columns, merged["nodes"]), "", "## Ranks", "", *table(COLUMNS, merged["ranks"]), ""]
-        lines.append(f"Merged by fieldguide {merged['fieldguide_version']} at {merged['created']}.")
-        return "\n".join(lines) + "\n"
-    if fmt == "html":
-        esc = html.escape
-
-        def table_html(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
-            heads = "".join(f"<th>{esc(c)}</th>" for c in columns)
-            body = "".join("<tr>" + "".join(f"<td>{esc(_cell(r, c))}</td>" for c in columns) + "</tr>" for r in rows)
-            return f"<table><thead><tr>{heads}</tr></thead><tbody>{body}</tbody></table>"
-        items = "".join(f"<li>{esc(line)}</li>" for line in said)
-        return ("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>fieldguide: merged report</title>"
-                "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-                "td,th{border:1px solid #999;padding:.2em .6em;text-align:left}</style></head><body>"
-                f"<h1>fieldguide: merged report</h1><p><strong>Verdict</strong>: {esc(head)}</p>"
-                + (f"<ul>{items}</ul>" if items else "")
-                + f"<h2>Nodes</h2>{table_html(node_columns, merged['nodes'])}<h2>Ranks</h2>{table_html(COLUMNS, merged['ranks'])}"
-                + f"<p>Merged by fieldguide {esc(str(merged['fieldguide_version']))} at {esc(str(merged['created']))}.</p>"
-                "</body></html>\n")
-    raise FieldguideError(f"unknown format {fmt!r}; use json, md or html")
+    try:
+        module = format_module(fmt)
+    except ValueError as err:
+        raise FieldguideError(str(err)) from None
+    return str(module.document(merged_sections(merged)))

@@ -54,7 +54,7 @@ class TargetSpec:
 class OutlineItem:
     """One line of the playbook tree: a node, a cause, a healthy leaf, or a reference to a node shown above."""
 
-    kind: str  # "node" | "cause" | "leaf" | "ref"
+    kind: str  # "node" | "cause" | "leaf" | "ref" | "stop"
     id: str
     children: list[OutlineItem] = field(default_factory=list)
 

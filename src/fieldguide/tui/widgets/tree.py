@@ -21,7 +21,7 @@ from fieldguide.tui.model import (
     playbook_outline,
 )
 
-Item = tuple[str, str]  # (kind, id): kind is "node", "ref", "cause" or "leaf"
+Item = tuple[str, str]  # (kind, id): kind is "node", "ref", "cause", "leaf" or "stop" (id: why it stops)
 
 
 class PlaybookTree(Tree[Item]):
@@ -67,6 +67,8 @@ class PlaybookTree(Tree[Item]):
             name = ("↪ " if kind == "ref" else "") + item_id
             return Text.assemble((GLYPH[state], STYLE[state]), " ", (name, "" if state == WAITING else STYLE[state]))
         reached = item_id in self.reached
+        if kind == "stop":  # the walk ends here with no cause; its reason may quote a reading: "{seen}"
+            return Text.assemble(("■", "dim"), " ", (item_id.split(": {", 1)[0], "italic dim"))
         if kind == "cause":
             return Text.assemble((CAUSE_REACHED_GLYPH if reached else CAUSE_GLYPH, "bold red" if reached else "dim"),
                                  " ", (item_id, "bold red" if reached else "italic dim"))

@@ -1,0 +1,81 @@
+"""The Markdown report: the sections (report/sections.py) as Markdown. Every string goes through
+report/mdtext.py, so whatever the job printed or a saved report holds is shown, never read as markup."""
+
+from __future__ import annotations
+
+from fieldguide.report.findings import Findings
+from fieldguide.report.fixsteps import page_markdown
+from fieldguide.report.mdtext import md_cell, md_code, md_fence, md_text
+from fieldguide.report.sections import (
+    Bullets,
+    Cell,
+    Facts,
+    Figure,
+    FixPage,
+    Heading,
+    Paragraph,
+    Preformatted,
+    Section,
+    Span,
+    Table,
+    Title,
+    Verdict,
+    report_sections,
+)
+
+NAME = "md"
+SUFFIXES = (".md", ".markdown")
+
+
+def _plain(text: str) -> str:
+    """md_text, keeping the spaces that join this span to its neighbours."""
+    core = md_text(text)
+    return (" " if text[:1].isspace() and core else "") + core + (" " if text[-1:].isspace() else "")
+
+
+def _spans(spans: tuple[Span, ...]) -> str:
+    return "".join(md_code(s.text) if s.style == "code" else f"**{md_text(s.text)}**" if s.style == "bold"
+                   else _plain(s.text) for s in spans)
+
+
+def _cell(cell: Cell) -> str:
+    return md_code(cell.text, cell=True) if cell.code else md_cell(cell.text)
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def section_lines(section: Section) -> list[str]:
+    if isinstance(section, Title):
+        return [f"# {md_text(section.text)}", ""]
+    if isinstance(section, Facts):
+        return [f"- **{label}**: {_spans(spans)}" for label, spans in section.items] + [""]
+    if isinstance(section, Verdict):
+        return [f"## Verdict: {md_text(section.text)}", ""]
+    if isinstance(section, Heading):
+        return [f"{'#' * section.level} {md_text(section.text)}", ""]
+    if isinstance(section, Paragraph):
+        text = _spans(section.spans)
+        return [f"> {text}" if section.kind == "note" else text, ""]
+    if isinstance(section, Table):
+        return [_row(*map(md_cell, section.columns)), "|" + "---|" * len(section.columns),
+                *(_row(*map(_cell, row)) for row in section.rows), ""]
+    if isinstance(section, FixPage):
+        return [*page_markdown(section.why, list(section.fix), section.verify, level=3).splitlines(), ""]
+    if isinstance(section, Preformatted):
+        return [*md_fence(list(section.lines)), ""]
+    if isinstance(section, Bullets):
+        return [f"- {md_text(item)}" for item in section.items] + [""]
+    if isinstance(section, Figure):
+        return []  # a chart needs a format that draws: the HTML report has it
+    raise TypeError(f"no Markdown for {type(section).__name__}")
+
+
+def document(sections: list[Section]) -> str:
+    lines = [line for section in sections for line in section_lines(section)]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render(findings: Findings) -> str:
+    return document(report_sections(findings))
