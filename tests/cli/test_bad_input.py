@@ -76,8 +76,8 @@ def test_pid_that_is_not_python() -> None:
 
 def test_pid_of_another_user(monkeypatch: pytest.MonkeyPatch) -> None:
     # Constructed: psutil reports another owner and we are not root.
-    from fieldguide import targets
     from fieldguide.errors import BadInput
+    from fieldguide.targets import attach as targets
 
     class FakeProcess:
         def __init__(self, pid: int):
@@ -101,8 +101,8 @@ def test_pid_of_another_user(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_ptrace_not_permitted(monkeypatch: pytest.MonkeyPatch) -> None:
     """Yama scope 1 without CAP_SYS_PTRACE (constructed readings): attaching fails before py-spy runs."""
-    from fieldguide import targets
     from fieldguide.errors import BadInput
+    from fieldguide.targets import attach as targets
 
     real = targets.ptrace_denial
     monkeypatch.setattr(targets, "ptrace_denial", lambda: real(capabilities_hex="0", yama_scope=1))
@@ -118,7 +118,7 @@ def test_ptrace_not_permitted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ptrace_denied_message_says_how_to_allow() -> None:
-    from fieldguide.targets import ptrace_denial
+    from fieldguide.access import ptrace_denial
 
     text = ptrace_denial(capabilities_hex="0", yama_scope=1)
     assert text is not None

@@ -43,7 +43,7 @@ def test_a_bootstrap_that_cannot_be_written_closes_the_channel_and_removes_the_d
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
-    import fieldguide.targets as targets
+    from fieldguide.targets import launch as targets
 
     monkeypatch.setattr(tempfile, "tempdir", None)
 
@@ -78,7 +78,7 @@ def test_an_interrupt_while_the_job_starts_leaves_no_job_running(monkeypatch: py
 
     import psutil
 
-    import fieldguide.targets as targets
+    from fieldguide.targets import launch as targets
 
     started: list[subprocess.Popen[bytes]] = []
     real_popen = subprocess.Popen

@@ -429,7 +429,7 @@ def test_a_transient_py_spy_failure_is_retried_before_refusing_a_pid(monkeypatch
     """"Failed to get stack traces" once (the interpreter caught mid-change) must not refuse the pid."""
     import types
 
-    from fieldguide import targets
+    from fieldguide.targets import attach as targets
 
     calls = []
 
@@ -452,7 +452,7 @@ def test_a_run_of_transient_failures_is_settled_by_one_blocking_dump(monkeypatch
     the pid readable. Three failed non-blocking dumps alone would refuse it."""
     import types
 
-    from fieldguide import targets
+    from fieldguide.targets import attach as targets
 
     calls: list[list[str]] = []
 

@@ -162,8 +162,8 @@ class RankComparison(Probe):
         a sampler's CPU: 0.04 against 0.08-0.09 CPU-s over 4 s at 20 Hz). Not through their launcher: `--subprocesses` there samples
         the launcher too, and cost 4x one rank's sampler (0.23 against 0.06 CPU-s over 5 s at
         20 Hz, two ranks): on a node whose cores the ranks fill, that CPU is the job's."""
+        from fieldguide.access import py_spy_path
         from fieldguide.probes.stacks import read_samples, record_stacks, stack_values
-        from fieldguide.targets import py_spy_path
 
         spy = py_spy_path()
         if spy is None:

@@ -473,7 +473,7 @@ class StackSample(Probe):
     }
 
     def run(self, ctx: ProbeContext, seconds: float = 6.0, rate: int = 20) -> Measurement:
-        from fieldguide.targets import classify_py_spy_failure, py_spy_path
+        from fieldguide.access import classify_py_spy_failure, py_spy_path
 
         spy = py_spy_path()
         if spy is None:

@@ -80,7 +80,7 @@ class ProcessScanner:
         # psutil and the targets module load with the first scan, not at start-up.
         import psutil
 
-        from fieldguide.targets import is_python_name
+        from fieldguide.access import is_python_name
 
         gpus, self.status = gpu_processes()
         me = os.getpid()

@@ -1,9 +1,9 @@
-"""What is being diagnosed: a launched command, an attached pid, or the local machine."""
+"""A command fieldguide starts with its agent loaded, and ends (with every process it started)
+when the walk is over."""
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import os
 import shutil
@@ -12,216 +12,28 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from fieldguide import samplers
-from fieldguide.access import PTRACE_ERROR_MARKS as PTRACE_ERROR_MARKS
-from fieldguide.access import classify_py_spy_failure as classify_py_spy_failure
-from fieldguide.access import is_python_name as is_python_name
-from fieldguide.access import looks_like_python as looks_like_python
-from fieldguide.access import ptrace_denial as ptrace_denial
-from fieldguide.access import py_spy_path as py_spy_path
 from fieldguide.agent import AGENT_PACKAGE_FILE
 from fieldguide.agent.bootstrap import write_bootstrap
 from fieldguide.agent.channel import AgentConnection, AgentServer
 from fieldguide.agent.inside.capabilities.overrides import override_problems
 from fieldguide.errors import BadInput, TargetFailed
+from fieldguide.targets.base import Target
+from fieldguide.targets.signals import ending_signals_held
 from fieldguide.watchdog import OWNER_ENV, Watchdog, claim, end_marked, new_token, sweep_leftovers
 
 LOG_LINES_KEPT = 400
-# What ends a walk (cli._Interrupts): held back while a job is started or ended, delivered after.
-_ENDING_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-
-
-@contextlib.contextmanager
-def ending_signals_held() -> Iterator[None]:
-    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done, then reach their own handlers
-    (only the main thread gets them).
-
-    Held in Python, not with the signal mask: a child inherits the mask across fork and exec,
-    and a job started with them blocked could not be ended cleanly (it sat out 3 s of SIGINT and
-    3 s of SIGTERM until SIGKILL)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    arrived: list[int] = []
-    # (A handler not set from Python reads None and cannot be put back: left alone.)
-    previous = {sig: h for sig in _ENDING_SIGNALS if (h := signal.getsignal(sig)) is not None}
-    for sig in previous:
-        signal.signal(sig, lambda signum, frame: arrived.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for signum in dict.fromkeys(arrived):
-            signal.raise_signal(signum)  # to the handler it was meant for, now that the block is done
 
 
 @functools.lru_cache(maxsize=1)
 def _sweep_once() -> None:
     """Directories an earlier fieldguide left when it was killed (its watchdog with it) go once a run."""
     sweep_leftovers()
-
-
-@functools.lru_cache(maxsize=1)
-def gpu_present() -> bool:
-    """Whether NVML sees a GPU on this machine (asked once: it does not change under a walk)."""
-    from fieldguide.nvml import NvmlUnavailable, nvml_devices
-
-    try:
-        return bool(nvml_devices())
-    except NvmlUnavailable:
-        return False
-
-
-class Target:
-    kind = "local"
-    agent: AgentServer | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return None
-
-    def alive(self) -> bool:
-        return True
-
-    def capabilities(self) -> set[str]:
-        return {"gpu"} if gpu_present() else set()
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "pid": self.pid, "cmdline": []}
-
-    def log_tail(self, lines: int = 40) -> list[str]:
-        return []
-
-    def gone_reason(self) -> str:
-        return "the target exited"
-
-    def ending(self) -> dict[str, Any] | None:
-        """How the target ended on its own during the walk (the report's `exit`), or None."""
-        return None
-
-    def close(self) -> None:
-        """End what fieldguide started; never touches a process it attached to."""
-
-
-class LocalTarget(Target):
-    """The machine alone: GPU and host probes, no process."""
-
-
-class AttachTarget(Target):
-    """A running process. fieldguide reads it; it never stops, signals or kills it."""
-
-    kind = "attach"
-
-    def __init__(self, pid: int):
-        self._pid = pid
-        if pid <= 0:
-            raise BadInput(f"--pid must be a positive process id, not {pid}")
-        try:
-            self.proc = psutil.Process(pid)
-            uid = self.proc.uids().real
-            self._cmdline = self.proc.cmdline()
-            status = self.proc.status()
-        except psutil.NoSuchProcess:
-            raise BadInput(f"no process with pid {pid}") from None
-        except psutil.AccessDenied:
-            raise BadInput(f"pid {pid} cannot be read (access denied); run fieldguide as its user or as root") from None
-        if status == psutil.STATUS_ZOMBIE:
-            raise BadInput(f"pid {pid} has exited (zombie)")
-        if uid != os.getuid() and os.geteuid() != 0:
-            try:
-                import pwd
-
-                owner = pwd.getpwuid(uid).pw_name
-            except (KeyError, ImportError):
-                owner = str(uid)
-            raise BadInput(f"pid {pid} belongs to another user ({owner}); attach to your own processes, or run as root")
-        try:
-            if not looks_like_python(self.proc):
-                raise BadInput(f"pid {pid} is not a Python process ({self.proc.name()})")
-        except psutil.NoSuchProcess:
-            raise BadInput(f"pid {pid} exited while fieldguide was checking it") from None
-        self.launcher_pid: int | None = None
-        self._walk_a_rank()
-        denial = ptrace_denial()
-        if denial:
-            raise BadInput(denial)
-        self._check_readable()
-
-    def _walk_a_rank(self) -> None:
-        """A launcher (torchrun, srun's step) does not train: its ranks do. The walk measures its
-        lowest rank, and the dist nodes compare every rank."""
-        from fieldguide.rankfinder import sibling_ranks
-
-        try:
-            if "RANK" in self.proc.environ():
-                return
-        except psutil.Error:
-            return
-        ranks = sibling_ranks(self._pid)
-        if ranks:
-            self.launcher_pid = self._pid
-            self._pid = ranks[0]["pid"]
-            self.proc = psutil.Process(self._pid)
-            self._cmdline = self.proc.cmdline()
-
-    def _check_readable(self) -> None:
-        spy = py_spy_path()
-        if spy is None:
-            return  # the stack probe will say py-spy is missing; psutil probes still work
-        failure = ""
-        # A non-blocking dump can catch the interpreter mid-change ("Failed to get stack
-        # traces"; a quarter of dumps on a loop under detect_anomaly, and they come in runs):
-        # after three, one blocking dump (a pause of milliseconds, once) settles whether the
-        # process can be read.
-        for flags in (["--nonblocking"], ["--nonblocking"], ["--nonblocking"], []):
-            try:
-                done = samplers.run([spy, "dump", "--pid", str(self._pid), *flags], timeout=15,
-                                    env=dict(os.environ, RUST_BACKTRACE="0"))
-            except subprocess.TimeoutExpired:
-                return
-            if done.returncode == 0 or not self.alive():
-                return
-            failure = done.stderr + done.stdout
-            if any(mark in failure for mark in PTRACE_ERROR_MARKS):
-                break
-            time.sleep(0.2)
-        raise classify_py_spy_failure(self._pid, failure)
-
-    @property
-    def pid(self) -> int:
-        return self._pid
-
-    def alive(self) -> bool:
-        try:
-            return self.proc.is_running() and self.proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
-    def capabilities(self) -> set[str]:
-        return {"process", *super().capabilities()}
-
-    def describe(self) -> dict[str, Any]:
-        described = {"kind": self.kind, "pid": self._pid, "cmdline": self._cmdline}
-        if self.launcher_pid is not None:
-            described["launcher_pid"] = self.launcher_pid
-        return described
-
-    def gone_reason(self) -> str:
-        return f"the target (pid {self._pid}) exited mid-walk"
-
-    def ending(self) -> dict[str, Any] | None:
-        if self.alive():
-            return None
-        # Only a parent can read a process's exit status; fieldguide attached, it is not one.
-        return {"code": None, "signal": None, "exception": None,
-                "text": f"pid {self._pid} exited during the walk (its exit status is visible only to its parent)"}
 
 
 class LaunchTarget(Target):
