@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from fieldguide.probes.compilefacts import (
+from fieldguide.probes.compile_records import (
     break_rows,
     cache_counts,
     caches_disabled,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from fieldguide.probes.inputstacks import input_stacks
+from fieldguide.probes.input_stacks import input_stacks
 from fieldguide.probes.loop import input_view, loop_values
-from fieldguide.probes.stackclass import ThreadSample
+from fieldguide.probes.stack_categories import ThreadSample
 from fieldguide.probes.stacks import stack_values
 
 JOB = "/job/train.py"

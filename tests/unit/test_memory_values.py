@@ -12,8 +12,8 @@ import pytest
 
 from fieldguide.agent.inside import memread
 from fieldguide.playbook import find_playbook
-from fieldguide.probes.memfit import MB, growth, shares, sustained_rate, tightest
 from fieldguide.probes.memory import breakdown_values, fragmentation_values, growth_values
+from fieldguide.probes.memory_math import MB, growth, shares, sustained_rate, tightest
 from fieldguide.probes.memory_outside import gpu_others
 
 
@@ -275,7 +275,7 @@ def test_noise_that_happens_to_rise_in_thirds_is_not_a_leak() -> None:
 
 
 def test_the_floor_of_each_second_drops_the_spikes_of_temporaries() -> None:
-    from fieldguide.probes.memfit import floors
+    from fieldguide.probes.memory_math import floors
 
     ts = [i * 0.2 for i in range(50)]  # 5 Hz for 10 s
     leak = [300 * MB + 1 * MB * t + (40 * MB if i % 3 == 0 else 0) for i, t in enumerate(ts)]
@@ -288,7 +288,7 @@ def test_the_floor_of_each_second_drops_the_spikes_of_temporaries() -> None:
 # --- the outside growth reading's margin: an unevenly growing leak is not called flat --------------
 
 def test_a_flat_floor_has_no_margin_and_a_steady_leak_a_small_one() -> None:
-    from fieldguide.probes.memfit import growth_margin
+    from fieldguide.probes.memory_math import growth_margin
 
     ts = [float(t) for t in range(10)]
     flat = growth(ts, [500.0 * MB] * 10)
@@ -302,7 +302,7 @@ def test_a_leak_starved_for_part_of_its_window_reads_zero_but_with_a_margin_past
     """A leak whose job got no CPU for most of a 10 s window on a busy box: its floor
     climbs, stalls, climbs; the thirds are not strictly rising, so the reading is 0. Its margin
     reaches past the playbook's 10 MB/min, so the node measures again rather than passing."""
-    from fieldguide.probes.memfit import growth_margin
+    from fieldguide.probes.memory_math import growth_margin
 
     ts = [float(t) for t in range(10)]
     # 1.6 MB in its first second, nothing for six, then 0.8 MB a second: the first two thirds' medians tie.
@@ -337,7 +337,7 @@ def test_the_engine_measures_a_zero_growth_with_a_wide_margin_again() -> None:
 def test_a_healthy_floor_that_wobbles_is_not_too_close_to_call() -> None:
     """oom_fits attached beside a busy core, 20 s of 1 s floors: the allocator returns ~5 MB and
     takes it again (slope −7 MB/min ± 4.9). Its upper bound is below 10 MB/min: judged flat."""
-    from fieldguide.probes.memfit import growth_margin
+    from fieldguide.probes.memory_math import growth_margin
 
     wobble = [0.0, -2.56, -2.07, 0.0, -1.23, 0.0, -4.88, -4.88, 0.01, -4.88, -4.87, 0.01, -4.87, -2.75, 0.02,
               0.02, -4.86, -0.89, -4.86, -4.86]

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from fieldguide.probes.stackclass import (
+from fieldguide.probes.stack_categories import (
     ANOMALY,
     BACKWARD,
     COLLECTIVE,
@@ -205,7 +205,7 @@ def test_parse_raw_leaves_out_the_agents_own_frames():
     assert s.stack == [("<module>", "train.py"), ("backward", "torch/_tensor.py"),
                        ("backward", "torch/autograd/__init__.py")]
     assert s.leaf_line == 354
-    from fieldguide.probes.compilefacts import is_user_file
+    from fieldguide.probes.compile_records import is_user_file
 
     assert is_user_file("/job/train.py") and not is_user_file(agent)
 
@@ -411,7 +411,7 @@ def test_summarize_counts_main_thread_only():
 def test_workers_replaced_mid_window_make_idle_waits_start_up_waits():
     """Workers re-spawned each epoch (4 pids seen, 2 alive at once): the main thread's waits while
     no worker produces count as start-up; with the same samples and no churn they do not."""
-    from fieldguide.probes.stackclass import ThreadSample
+    from fieldguide.probes.stack_categories import ThreadSample
     from fieldguide.probes.stacks import stack_values
 
     main = [ThreadSample(1, "main", "MainThread", [("<module>", "t.py"),
@@ -429,7 +429,7 @@ def test_workers_replaced_mid_window_make_idle_waits_start_up_waits():
 
 
 def test_record_function_in_every_optimizer_step_is_not_the_profiler():
-    from fieldguide.probes.stackclass import OPTIMIZER, PROFILER, classify_main
+    from fieldguide.probes.stack_categories import OPTIMIZER, PROFILER, classify_main
 
     step = [("<module>", "train.py"), ("Optimizer.profile_hook_step.<locals>.wrapper", "torch/optim/optimizer.py"),
             ("record_function.__exit__", "torch/autograd/profiler.py")]
@@ -439,7 +439,7 @@ def test_record_function_in_every_optimizer_step_is_not_the_profiler():
 
 
 def test_children_that_are_not_dataloader_workers_are_not_counted_as_workers():
-    from fieldguide.probes.stackclass import ThreadSample
+    from fieldguide.probes.stack_categories import ThreadSample
     from fieldguide.probes.stacks import stack_values
 
     main = [ThreadSample(1, "main", "MainThread", [("<module>", "t.py"),

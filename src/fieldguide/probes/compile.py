@@ -9,9 +9,9 @@ from typing import Any
 from fieldguide.agent.channel import AgentConnection
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.agentprobe import AgentProbe
+from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext
-from fieldguide.probes.compilefacts import (
+from fieldguide.probes.compile_records import (
     break_rows,
     cache_counts,
     caches_disabled,

@@ -9,7 +9,7 @@ from typing import Any
 from fieldguide.agent.channel import AgentReply
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.agentprobe import AgentProbe
+from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import NEEDS_AGENT, NEEDS_GPU, NEEDS_PROCESS, ProbeContext
 from fieldguide.stats import median, quantile
 

@@ -271,7 +271,7 @@ def waited_share(m: Measurement, off_cpu: float | None, behind_others: float = 0
     user's job it is no wait for the ranks, and is taken out. The split is by CPU share: the
     scheduler shares a core evenly among runnable threads of equal priority (the job's, another
     user's), not exactly; a quarter of what is taken out is added to the margin."""
-    from fieldguide.probes.stackclass import BACKWARD, COLLECTIVE
+    from fieldguide.probes.stack_categories import BACKWARD, COLLECTIVE
 
     categories = m.evidence.get("main_categories", {})
     idle = {c: max(v.get("samples", 0) - v.get("on_cpu", 0), 0) for c, v in categories.items()}

@@ -12,10 +12,10 @@ from typing import Any
 from fieldguide.agent.inside.rows import StepRow
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.agentprobe import AgentProbe
+from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext, stack_window
-from fieldguide.probes.inputstacks import InputStacks, input_stacks
-from fieldguide.probes.stepcycle import user_frame
+from fieldguide.probes.input_stacks import InputStacks, input_stacks
+from fieldguide.probes.step_cycle import user_frame
 from fieldguide.probes.uncertainty import events_margin, ratio_margin, share_margin
 from fieldguide.stats import median, quantile
 
@@ -42,7 +42,7 @@ class InputView:
 def input_view(stacks: InputStacks, min_samples: int = 5) -> InputView:
     """What the training thread's samples in its input phase (from a step's end to the next
     forward) were, by the stack classifier py-spy's samples use."""
-    from fieldguide.probes.stackclass import IO
+    from fieldguide.probes.stack_categories import IO
 
     categories: collections.Counter[str] = collections.Counter()
     frames: collections.Counter[str] = collections.Counter()

@@ -12,7 +12,15 @@ from fieldguide.agent.inside import memread
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_GPU, NEEDS_PROCESS, Probe, ProbeContext
-from fieldguide.probes.memfit import MB, floors, growth, growth_margin, mb, sustained_rate, tightest
+from fieldguide.probes.memory_math import (
+    MB,
+    floors,
+    growth,
+    growth_margin,
+    mb,
+    sustained_rate,
+    tightest,
+)
 
 SAMPLE_HZ = 5.0
 

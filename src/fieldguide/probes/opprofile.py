@@ -9,7 +9,7 @@ import time
 
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.agentprobe import AgentProbe
+from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext, stack_window
 
 

@@ -7,7 +7,7 @@ category's CPU share: active count / all count. `--subprocesses` covers the
 workers (`dump --json -s` would silently ignore them). `--nonblocking` so the
 target is never paused; 2 x 20 Hz (see benchmarks/overhead.py for what it costs).
 `--full-filenames` so that the source of a blocked line can be read: a thread in a
-C call (sleep, fsync, a lock) shows only its caller's line (see stackclass.py).
+C call (sleep, fsync, a lock) shows only its caller's line (see stack_categories.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
-from fieldguide.probes.stackclass import (
+from fieldguide.probes.stack_categories import (
     ANOMALY,
     BACKWARD,
     COLLECTIVE,
@@ -51,7 +51,7 @@ from fieldguide.probes.stackclass import (
     summarize,
     uses_gpu,
 )
-from fieldguide.probes.stepcycle import input_call, input_samples
+from fieldguide.probes.step_cycle import input_call, input_samples
 from fieldguide.probes.uncertainty import share_margin
 from fieldguide.samplers import lower_priority, reap
 from fieldguide.samplers import stop as stop_samplers
@@ -178,7 +178,7 @@ class SourceReader:
         """Set `leaf_source` on the main process's main-thread samples. Not inside torch: the
         classifier reads the calls on the job's lines and the standard library's, never on torch's
         (whose large files cost tens of milliseconds each to parse)."""
-        from fieldguide.probes.stackclass import in_torch
+        from fieldguide.probes.stack_categories import in_torch
 
         for s in samples:
             if s.role == "main" and s.thread == "MainThread" and s.stack and s.leaf_line \

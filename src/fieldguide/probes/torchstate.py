@@ -9,7 +9,7 @@ import psutil
 
 from fieldguide.measurement import Measurement
 from fieldguide.probes import register
-from fieldguide.probes.agentprobe import AgentProbe
+from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 
 SYNC_DEBUG_NAMES = {0: "default", 1: "warn", 2: "error"}

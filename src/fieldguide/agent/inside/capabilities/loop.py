@@ -21,7 +21,7 @@ iterator, at its first batch); reports hook state in `signals`. Answers
 input phase (`sys._current_frames`, from a thread of its own, at jittered ticks), so the phase's
 time can be told apart: producing input, or a checkpoint or a log write after the step. Taken
 with the GIL, the samples land where the thread releases it: the whole step is read from
-py-spy's window instead (probes/inputstacks.py says why).
+py-spy's window instead (probes/input_stacks.py says why).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldguide.probes.stackclass import ThreadSample, classify_main, is_agent_file
+from fieldguide.probes.stack_categories import ThreadSample, classify_main, is_agent_file
 
 
 @dataclass

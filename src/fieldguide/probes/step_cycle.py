@@ -17,7 +17,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from fieldguide.probes.stackclass import (
+from fieldguide.probes.stack_categories import (
     BACKWARD,
     FORWARD,
     IO,
