@@ -84,6 +84,24 @@ def test_loop_values_wait_is_capped_at_the_step_and_boundary_from_the_last_row()
     assert v["data_wait_fraction"] == pytest.approx((0.05 * 4 + 0.1) / 0.5)
 
 
+def test_a_loader_kept_off_the_cores_by_a_busy_machine_is_cpu_work_not_a_wait():
+    """Main-process loading, 60 ms in __next__ a step, 27 ms of it on the CPU: alone that reads as
+    waiting (45%); with the training thread runnable but waiting for a core half the window (a
+    neighbour's workers fill the cores), it is CPU work starved of cores (90%), as py-spy reads a
+    runnable thread from outside. A loader that sleeps is hardly touched by the correction."""
+    from fieldguide.agent.inside.rows import StepRow
+
+    def rows(wait: float, cpu: float) -> list[StepRow]:
+        return [StepRow(float(i), 0.07, wait, "o", 0.061, 0.03, cpu, 1, 0, 1, 0.0, 32) for i in range(1, 12)]
+
+    alone, _ = loop_values(rows(0.06, 0.027), [], 0.0, 100.0, steps_before=10)
+    starved, _ = loop_values(rows(0.06, 0.027), [], 0.0, 100.0, steps_before=10, run_queue_share=0.5)
+    assert alone["producer_cpu_fraction"] == pytest.approx(0.45)
+    assert starved["producer_cpu_fraction"] == pytest.approx(0.9)
+    sleeping, _ = loop_values(rows(0.06, 0.003), [], 0.0, 100.0, steps_before=10, run_queue_share=0.08)
+    assert sleeping["producer_cpu_fraction"] == pytest.approx(0.054, abs=0.001)
+
+
 def test_loop_values_startup_fraction_is_capped_at_one():
     steps = [[float(i), 0.1, 0.05, "o"] for i in range(10)]
     iters = [{"t_start": 5.0, "first_batch_s": 30.0}]

@@ -201,7 +201,7 @@ def test_a_rank_0_that_started_the_other_ranks_itself_is_found(tmp_path):
 
 
 def test_off_cpu_and_run_queue_shares_of_a_window() -> None:
-    from fieldguide.probes.dist import off_cpu_shares
+    from fieldguide.probes.contention import off_cpu_shares
 
     # 4 s: 1.6 s on a CPU, 1.2 s runnable but the cores busy, 1.2 s blocked. The wait is judged on
     # the whole time off the CPU (gloo's threads take the cores the main thread waits for); the
@@ -216,7 +216,7 @@ def test_off_cpu_and_run_queue_shares_of_a_window() -> None:
 def test_main_thread_times_read_this_process() -> None:
     import os
 
-    from fieldguide.probes.dist import main_thread_times
+    from fieldguide.probes.contention import main_thread_times
 
     first = main_thread_times(os.getpid())
     sum(i * i for i in range(200_000))  # some CPU on the main thread

@@ -212,3 +212,46 @@ def describe(summary: dict[str, Any]) -> str:
     if load:
         said.append(f"load up to {load:.2g} per core")
     return ", ".join(said) + ": readings close to a threshold were measured longer or not judged"
+
+
+def main_thread_times(pid: int) -> tuple[float, float | None] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of a process's main thread, from
+    /proc/PID/task/PID/schedstat; without schedstat, psutil's CPU time and no run-queue time."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            on_cpu_ns, queued_ns, _ = f.read().split()
+        return int(on_cpu_ns) / 1e9, int(queued_ns) / 1e9
+    except (OSError, ValueError):
+        cpu = main_thread_cpu(pid)
+        return None if cpu is None else (cpu, None)
+
+
+def off_cpu_shares(before: tuple[float, float | None] | None, after: tuple[float, float | None] | None,
+                   wall: float) -> tuple[float | None, float | None]:
+    """Of `wall` seconds: the share a thread was off the CPU, and the part of it spent runnable,
+    waiting for a CPU (the node's cores busy). None where it was not read.
+
+    The wait for the other ranks is judged on the whole time off the CPU: with gloo, the
+    communication's own threads take the cores the main thread waits for, so a communication-bound
+    job's wait is partly run-queue time (its zoo job read 38% blocked, 61-72% off the CPU). The
+    run-queue share is shown beside it: a rank that waits for a CPU on a node whose cores are all
+    busy can read as waiting for the others."""
+    if before is None or after is None or wall <= 0:
+        return None, None
+    ran = after[0] - before[0]
+    queued = after[1] - before[1] if after[1] is not None and before[1] is not None else None
+    off_cpu = 1.0 - ran / wall
+    return min(max(off_cpu, 0.0), 1.0), None if queued is None else min(max(queued / wall, 0.0), 1.0)
+
+
+def main_thread_cpu(pid: int) -> float | None:
+    """CPU seconds of a process's main thread (its thread id is its pid), from /proc via psutil."""
+    import psutil
+
+    try:
+        for thread in psutil.Process(pid).threads():
+            if thread.id == pid:
+                return float(thread.user_time + thread.system_time)
+    except psutil.Error:
+        return None
+    return None

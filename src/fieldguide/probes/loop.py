@@ -14,6 +14,7 @@ from fieldguide.measurement import Measurement
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext, stack_window
+from fieldguide.probes.contention import main_thread_times, off_cpu_shares
 from fieldguide.probes.input_stacks import InputStacks, input_stacks
 from fieldguide.probes.step_cycle import user_frame
 from fieldguide.probes.uncertainty import events_margin, ratio_margin, share_margin
@@ -62,7 +63,8 @@ def input_view(stacks: InputStacks, min_samples: int = 5) -> InputView:
 def loop_values(steps: Iterable[Any], iters: list[dict[str, Any]], window_start: float,
                 window_end: float, steps_before: int, warmup_steps: int = 3,
                 view: InputView | None = None, outside: dict[str, Any] | None = None,
-                ended: bool = False, margins: dict[str, float] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+                ended: bool = False, margins: dict[str, float] | None = None,
+                run_queue_share: float | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """Loop values over the steps that ended inside [window_start, window_end], and why any is missing.
 
     `steps` rows are the agent's [t_end, wall_s, loader_wait_s, boundary, input_s, ...];
@@ -75,7 +77,12 @@ def loop_values(steps: Iterable[Any], iters: list[dict[str, Any]], window_start:
     optimizer step to the next forward, torch.save time taken out).
     I/O: torch.save's own time, timed, plus what the stack window saw in other I/O.
     `margins`, if given, receives each share's uncertainty (probes/uncertainty.py).
+    `run_queue_share`: the share of the window the training thread sat runnable, waiting for a
+    core (schedstat). The producer's CPU share is of the time it could run: a loader whose work a
+    busy machine keeps off the cores is CPU work waiting for a core, not a wait on I/O, as py-spy
+    (which counts a runnable thread as active) reads it from outside.
     """
+    runnable = 1.0 - min(max(run_queue_share or 0.0, 0.0), 0.9)
     rows = [row for i, row in enumerate(step_rows(steps))
             if window_start <= row.t_end <= window_end and steps_before + i >= warmup_steps]
     walls = [r.wall_s for r in rows]
@@ -96,7 +103,7 @@ def loop_values(steps: Iterable[Any], iters: list[dict[str, Any]], window_start:
             missing["producer_cpu_fraction"] = "batches come from DataLoader worker processes: their CPU is outside " \
                                                "the training thread"
         elif loader_wait and all(r.loader_cpu_s is not None for r in loader_rows):
-            producer_cpu = min(sum(r.loader_cpu_s or 0.0 for r in loader_rows) / loader_wait, 1.0)
+            producer_cpu = min(sum(r.loader_cpu_s or 0.0 for r in loader_rows) / (loader_wait * runnable), 1.0)
     elif rows and outside and outside.get("data_wait_fraction") is not None and outside.get("input_from"):
         # py-spy reads without the GIL: the agent's own samples (taken with it) land after the GIL
         # is released, and saw a tokenizer that holds it in 10% of samples for 50% of the time.
@@ -117,7 +124,7 @@ def loop_values(steps: Iterable[Any], iters: list[dict[str, Any]], window_start:
                  for r in rows]
         phase_total = sum(r.input_s or 0.0 for r in phased)
         if phase_total:
-            producer_cpu = min(sum(r.input_cpu_s or 0.0 for r in phased) / phase_total, 1.0)
+            producer_cpu = min(sum(r.input_cpu_s or 0.0 for r in phased) / (phase_total * runnable), 1.0)
     else:
         waits = []
         missing["data_wait_fraction"] = ("no DataLoader, and no forward seen after a step "
@@ -246,7 +253,7 @@ class LoopSteps(AgentProbe):
         "producer": "", "producer_cpu_fraction": "fraction", "steps_per_second": "1/s", "backwards_per_step": "",
         "closures_per_step": "", "epoch_starts": "", "first_batch_ms_median": "ms",
         "startup_wait_fraction": "fraction", "device_step_ms_median": "ms", "device_step_ms_p90": "ms",
-        "io_fraction": "fraction", "save_fraction": "fraction", "io_at": "",
+        "io_fraction": "fraction", "save_fraction": "fraction", "io_at": "", "run_queue_fraction": "fraction",
     }
     series = {"step_ms": "ms", "data_wait_ms": "ms"}
 
@@ -261,6 +268,7 @@ class LoopSteps(AgentProbe):
         if not ctx.target.alive():
             return self.from_history(ctx, conn, warmup_steps, failures, 0.0)
         started = time.monotonic()
+        thread_before = main_thread_times(conn.pid) if conn.pid else None  # the training thread's, mostly
         # The window scales with the step time seen so far (a 2 s/step job needs more than 6 s
         # for min_steps), up to what the budget leaves.
         recent = [r.wall_s for r in step_rows(list(conn.steps)[-min_steps:])]
@@ -283,6 +291,7 @@ class LoopSteps(AgentProbe):
         if not ctx.target.alive():  # it ended inside the window: judge what it left
             return self.from_history(ctx, conn, warmup_steps, failures, time.monotonic() - started)
         end = time.monotonic()
+        _, run_queue = off_cpu_shares(thread_before, main_thread_times(conn.pid) if conn.pid else None, end - started)
         stacks = self._input_stacks(ctx, sampled)
         view = input_view(stacks) if stacks is not None else None
         outside = stack_window(ctx)
@@ -290,7 +299,9 @@ class LoopSteps(AgentProbe):
         steps_before = conn.steps_total - len(steps)
         margins: dict[str, float] = {}
         values, missing = loop_values(steps, conn.iters, started, end, steps_before, warmup_steps, view, outside,
-                                      margins=margins)
+                                      margins=margins, run_queue_share=run_queue)
+        if run_queue is not None:
+            values["run_queue_fraction"] = round(run_queue, 3)  # the training thread's wait for a core
         elapsed = end - started
         provenance = self._provenance(values, f"{elapsed:.1f} s window", failures)
         if values["steps"] < 2:
