@@ -350,3 +350,45 @@ def test_the_runner_does_not_widen_margins_a_probe_weighed_against_contention_it
     other = Measurement(probe="stacks.sample", values={}, margins={"x": 0.1})
     record_contention(other, {"cpu_wait_fraction": 0.4})
     assert other.margins["x"] == pytest.approx(0.1 * margin_factor({"cpu_wait_fraction": 0.4}))
+
+
+def test_a_launched_ranks_producer_share_is_of_the_time_its_thread_could_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dist.ranks in launch mode reads each rank's loop as loop.steps does: main-process loading
+    that spent half the window waiting for a core is CPU work (0.45 of its wait on the CPU, 0.9
+    of the time it could run), and the straggler's reading says so."""
+    import collections
+    import time
+    import types
+
+    from fieldguide.agent.inside.rows import CollectiveRow, StepRow
+    from fieldguide.probes import contention
+    from fieldguide.probes.base import ProbeContext
+    from fieldguide.probes.dist import RankComparison
+
+    def conn(rank: int, pid: int) -> types.SimpleNamespace:
+        now = time.monotonic()
+        rows = collections.deque(StepRow(now + 0.05 * i, 0.07, 0.06, "o", 0.061, 0.03, 0.027, 1, 0, 1, 0.0, 32)
+                                 for i in range(1, 30))
+        waits = types.SimpleNamespace(items=collections.deque(CollectiveRow(r.t_end, 0.01, 0.0, 0.0, 1) for r in rows))
+        return types.SimpleNamespace(rank=rank, pid=pid, world_size=2, steps=rows, steps_total=len(rows), iters=[],
+                                     stream=lambda capability, name: waits)
+
+    conns = [conn(0, 101), conn(1, 102)]
+    agent = types.SimpleNamespace(ranks=lambda: conns, primary=lambda: conns[0], prefer=lambda pid: None)
+    target = types.SimpleNamespace(agent=agent, alive=lambda: True, pid=101)
+    calls: dict[int, int] = collections.Counter()
+
+    def thread_times(pid: int) -> tuple[float, float]:
+        calls[pid] += 1
+        return (0.0, 0.0) if calls[pid] == 1 else (0.0, 0.5)  # half the 1 s window runnable, off a core
+
+    def producer_share() -> float:
+        calls.clear()
+        m = RankComparison().run(ProbeContext(target=target), seconds=1.0)  # type: ignore[arg-type]
+        assert m.ok, m.unavailable
+        return float(m.values["slowest_producer_cpu"])
+
+    monkeypatch.setattr(contention, "main_thread_times", lambda pid: None)
+    assert producer_share() == pytest.approx(0.45, abs=0.01)
+    monkeypatch.setattr(contention, "main_thread_times", thread_times)
+    assert producer_share() > 0.8

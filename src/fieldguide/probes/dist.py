@@ -63,6 +63,7 @@ class RankComparison(Probe):
         return self._from_stacks(ctx, ranks, seconds)
 
     def _from_agents(self, ctx: ProbeContext, agent: Any, seconds: float) -> Measurement:
+        from fieldguide.probes.contention import main_thread_times, off_cpu_shares
         from fieldguide.probes.loop import loop_values, step_rows
 
         conns = agent.ranks()
@@ -72,6 +73,7 @@ class RankComparison(Probe):
             return self.measurement(values=dict(SINGLE), provenance="agent: the job's environment has no "
                                     "WORLD_SIZE above 1 (one process, nothing to compare)")
         started = time.monotonic()
+        threads_before = {c.pid: main_thread_times(c.pid) for c in conns if c.pid}
         seconds = max(1.0, min(seconds, ctx.budget_left))
         self.reading(ctx, elapsed=0.0, of=seconds, status=f"timing {len(conns)} of {world} ranks")
         ctx.sleep(seconds)
@@ -81,7 +83,11 @@ class RankComparison(Probe):
         stats = []
         for conn in conns:
             steps = list(conn.steps)
-            loop, _ = loop_values(steps, conn.iters, started, end, conn.steps_total - len(steps))
+            # As loop.steps does: a rank's producer share is of the time its thread could run.
+            _, run_queue = off_cpu_shares(threads_before.get(conn.pid),
+                                          main_thread_times(conn.pid) if conn.pid else None, end - started)
+            loop, _ = loop_values(steps, conn.iters, started, end, conn.steps_total - len(steps),
+                                  run_queue_share=run_queue)
             collectives = list(conn.stream("collectives", "steps").items)
             waited, _ = collective_fraction(collectives, started, end)
             window = [r for r in step_rows(steps) if started <= r.t_end <= end]
