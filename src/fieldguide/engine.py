@@ -194,7 +194,6 @@ class Walk:
         # cache), asked once, when a node first needs it; None: fixed thresholds only.
         self._calibration_source = calibration
         self._calibration: CalibrationLookup | None = None
-        self._calibration_asked = calibration is None
         self.capabilities = capabilities
         self.measure = measure
         self.path: list[NodeResult] = []
@@ -229,9 +228,8 @@ class Walk:
         return judge(node, self.capabilities(), self.measure, calibration, getattr(self.measure, "peek", None))
 
     def calibration(self) -> CalibrationLookup | None:
-        if not self._calibration_asked and self._calibration_source is not None:
-            self._calibration_asked = True
-            self._calibration = self._calibration_source()
+        if self._calibration_source is not None:  # asked once
+            self._calibration, self._calibration_source = self._calibration_source(), None
         return self._calibration
 
     def step(self, stop: Callable[[], bool] = lambda: False) -> NodeResult | None:

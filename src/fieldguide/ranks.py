@@ -61,9 +61,10 @@ class RankStats:
 def collective_fraction(rows: list[Any], window_start: float, window_end: float) -> tuple[float | None, int]:
     """From the collectives capability's rows (`CollectiveRow`): the share of the window's steps
     spent waiting in collectives, and the steps counted."""
-    waits, spans = step_waits(rows, window_start, window_end)
+    chosen = _in_window(rows, window_start, window_end)
+    waits, spans = _waits(chosen)
     if not spans:  # one row or none in the window: no step to measure
-        return None, sum(1 for r in map(CollectiveRow.read, rows) if window_start <= r.t_end <= window_end)
+        return None, len(chosen)
     total = sum(spans)
     return (min(sum(waits) / total, 1.0) if total > 0 else None), len(spans)
 
@@ -71,7 +72,14 @@ def collective_fraction(rows: list[Any], window_start: float, window_end: float)
 def step_waits(rows: list[Any], window_start: float, window_end: float) -> tuple[list[float], list[float]]:
     """Each step's wait in collectives and its length, for the collectives rows in the window
     (a step spans from the row before it to its own)."""
-    chosen = [r for r in map(CollectiveRow.read, rows) if window_start <= r.t_end <= window_end]
+    return _waits(_in_window(rows, window_start, window_end))
+
+
+def _in_window(rows: list[Any], window_start: float, window_end: float) -> list[CollectiveRow]:
+    return [r for r in map(CollectiveRow.read, rows) if window_start <= r.t_end <= window_end]
+
+
+def _waits(chosen: list[CollectiveRow]) -> tuple[list[float], list[float]]:
     spans = [b.t_end - a.t_end for a, b in zip(chosen, chosen[1:], strict=False)]
     return [r.collective_s + r.backward_wait_s for r in chosen[1:]], spans
 
