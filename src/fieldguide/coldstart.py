@@ -15,7 +15,26 @@ from __future__ import annotations
 import collections
 import statistics
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict, cast
+
+
+class Phase(TypedDict):
+    phase: str
+    title: str
+    start_s: float
+    seconds: float
+
+
+class ColdStart(TypedDict, total=False):
+    """A launched job's start taken apart (fieldguide/coldstart.py)."""
+
+    phases: list[Phase]
+    shares: dict[str, float]  # seconds per share of the start, disjoint
+    total_s: float
+    steady: bool
+    steady_step: int | None
+    where: dict[str, str]  # for the untimed shares, the job's line the main thread was at most
+
 
 STEADY_WINDOW = 6  # steps whose mean decides "steady" (even: loaders that alternate long and short)
 STEADY_TOLERANCE = 0.10  # within 10% of the settled median
@@ -100,7 +119,7 @@ def covered_seconds(spans: list[tuple[float, float]], lo: float, hi: float) -> f
 
 
 def take_apart(started: float, marks: list[dict[str, Any]], compiles: list[dict[str, Any]],
-               now: float) -> dict[str, Any] | None:
+               now: float) -> ColdStart | None:
     """The report's `cold_start` from the spawn time, the agent's marks and the compile spans
     (all on one monotonic clock). Before steady state, up to `now`, with `steady` False."""
     points = {m["mark"]: float(m["t"]) for m in marks if "mark" in m}
@@ -132,8 +151,8 @@ def take_apart(started: float, marks: list[dict[str, Any]], compiles: list[dict[
                        "start_s": round(previous - started, 3), "seconds": round(end - previous, 3)})
     shares, untimed = _shares(started, end, points, spans)
     samples = [(float(t), str(w)) for m in marks for t, w in (m.get("where") or [])]
-    return {"phases": phases, "shares": shares, "total_s": round(end - started, 3),
-            "steady": steady, "steady_step": step if steady else None, "where": share_where(untimed, samples)}
+    return cast(ColdStart, {"phases": phases, "shares": shares, "total_s": round(end - started, 3), "steady": steady,
+                            "steady_step": step if steady else None, "where": share_where(untimed, samples)})
 
 
 def _shares(started: float, end: float, points: dict[str, float],
@@ -178,7 +197,7 @@ def step_signal(signals: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     return kinds[-1] if kinds else None
 
 
-def from_connection(started: float, conn: Any, now: float) -> dict[str, Any] | None:
+def from_connection(started: float, conn: Any, now: float) -> ColdStart | None:
     """The cold start of a launched job's primary agent connection (None without marks)."""
     if conn is None:
         return None

@@ -11,9 +11,28 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from fieldguide.agent.inside.rows import CollectiveRow
+
+
+class RankRow(TypedDict, total=False):
+    """One rank of a multi-rank job as a report carries it (RankStats.row)."""
+
+    rank: int
+    pid: int | None
+    host: str
+    steps: int
+    step_ms: float | None
+    own_ms: float | None
+    data_wait: float | None
+    collective_wait: float | None
+    producer_cpu: float | None
+    batch_elements: float | None
+    steps_per_s: float | None
+    run_queue: float | None
+    verdict: str
+
 
 RUN_QUEUE_SAID = 0.1  # a rank runnable but waiting for a CPU this much of the time: said in its verdict
 
@@ -45,8 +64,8 @@ class RankStats:
         """The part of its time a rank is not waiting for the others (from outside: no step times)."""
         return None if self.collective_wait is None else 1.0 - self.collective_wait
 
-    def row(self) -> dict[str, Any]:
-        row = asdict(self)
+    def row(self) -> RankRow:
+        row: Any = asdict(self)
         row.pop("wait_margin")  # in the measurement's margins, not the report's rank rows
         row["own_ms"] = None if self.own_ms is None else round(self.own_ms, 3)
         for key in ("step_ms",):
@@ -55,7 +74,7 @@ class RankStats:
             row[key] = None if row[key] is None else round(row[key], 4)
         row["steps_per_s"] = None if self.steps_per_s is None else round(self.steps_per_s, 2)
         row["batch_elements"] = None if self.batch_elements is None else round(self.batch_elements)
-        return row
+        return cast(RankRow, row)
 
 
 def collective_fraction(rows: list[Any], window_start: float, window_end: float) -> tuple[float | None, int]:
@@ -206,7 +225,7 @@ def own_reading(rank: RankStats) -> str:
             "(forward, backward, the update, anything between steps)")
 
 
-def table_values(row: dict[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
+def table_values(row: RankRow) -> tuple[Any, Any, Any, Any, Any]:
     """A report's rank row as the rank table shows it: pid, step ms, data wait, collective wait,
     verdict (the views read rows through this, not by the report's field names)."""
     return row.get("pid"), row.get("step_ms"), row.get("data_wait"), row.get("collective_wait"), row.get("verdict")

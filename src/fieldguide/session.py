@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from fieldguide.calibrate.cache import lookup_for_this_machine
-from fieldguide.coldstart import compile_spans, covered_seconds
+from fieldguide.coldstart import ColdStart, compile_spans, covered_seconds
 from fieldguide.engine import NodeResult, Walk
 from fieldguide.playbook import Playbook
 from fieldguide.probes.contention import describe, summarize
+from fieldguide.probes.evidence import RANKS
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
 from fieldguide.runner import ProbeRunner
 from fieldguide.samplers import own_cpu_seconds
@@ -150,8 +151,8 @@ class Session:
         findings = findings_from_walk(self.walk, self.target.describe(), self.environment, note=note,
                                       log_tail=self.target.log_tail())
         findings.exit = ending
-        findings.ranks = next((list(r.measurement.evidence["ranks"]) for r in self.walk.path
-                               if r.measurement is not None and r.measurement.evidence.get("ranks")), [])
+        findings.ranks = next((list(rows) for r in self.walk.path
+                               if r.measurement is not None and (rows := RANKS.of(r.measurement.evidence))), [])
         findings.cold_start = self.cold_start()
         findings.contention = summarize(self.runner.windows)
         findings.self_cpu_s = round(own_cpu_seconds() - self._cpu_at_start, 2)
@@ -160,7 +161,7 @@ class Session:
             findings.note = f"{findings.note}; {busy}" if findings.note else busy
         return findings
 
-    def cold_start(self) -> dict[str, Any] | None:
+    def cold_start(self) -> ColdStart | None:
         """A launched job's start taken apart so far (fieldguide/coldstart.py); None when attached."""
         if isinstance(self.target, LaunchTarget) and self.target.agent is not None:
             from fieldguide.coldstart import from_connection

@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-from fieldguide.report import sections as s
+from fieldguide.report import section_types as s
 from fieldguide.report.formats import FORMATS, format_module, suffixes
 from fieldguide.report.render import format_for, render
 

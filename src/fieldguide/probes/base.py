@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fieldguide.measurement import Measurement
+from fieldguide.probes.evidence import EvidenceKind, undeclared
 
 if TYPE_CHECKING:
     from fieldguide.targets import Target
@@ -73,8 +74,9 @@ class Probe:
     # Values that are the parts of one whole (fractions summing to about 1), drawn as bars where
     # the probe's evidence is shown (a breakdown of memory by category).
     parts: ClassVar[tuple[str, ...]] = ()
-    # A probe may also leave `evidence["table"]`: rows (dicts) of what it found (graph breaks with
-    # their source lines, recompiles with the guard that failed), drawn as a table with the evidence.
+    # The evidence kinds (probes/evidence.py) the probe may leave beside its values: a report
+    # draws the kinds it shows (a table of what the node found, the top stacks), the JSON keeps all.
+    evidence_kinds: ClassVar[tuple[EvidenceKind[Any], ...]] = ()
     # Whether the probe can judge a target that has ended, from what was recorded while it
     # ran (the agent's streams); other probes are not run on an ended target.
     reads_history: ClassVar[bool] = False
@@ -102,6 +104,9 @@ class Probe:
         ctx.on_reading(reading)
 
     def measurement(self, **kwargs: Any) -> Measurement:
+        extra = undeclared(kwargs.get("evidence") or {}, self.evidence_kinds)
+        if extra:  # a seam: every view reads evidence by its declared kind
+            raise TypeError(f"probe {self.id} left evidence it does not declare: {', '.join(extra)}")
         units = {k: v for k, v in self.values.items() if v}
         return Measurement(probe=self.id, units=units, **kwargs)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from fieldguide.coldstart import SHARE_TITLES, STEADY_WINDOW, from_connection
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_AGENT, NEEDS_LAUNCH, NEEDS_PROCESS, Probe, ProbeContext
 
@@ -14,6 +15,7 @@ from fieldguide.probes.base import NEEDS_AGENT, NEEDS_LAUNCH, NEEDS_PROCESS, Pro
 @register
 class StartPhases(Probe):
     id = "start.phases"
+    evidence_kinds = (ev.COLD_START, ev.TABLE)
     title = "The cold start: process start, imports, CUDA, model, first batch, first step, steady steps"
     needs = frozenset({NEEDS_PROCESS, NEEDS_LAUNCH, NEEDS_AGENT})
     reads_history = True

@@ -8,6 +8,7 @@ from typing import Any
 
 from fieldguide.agent.channel import AgentConnection
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext
@@ -71,6 +72,7 @@ class CompileProbe(AgentProbe):
 @register
 class CompileActivity(CompileProbe):
     id = "compile.activity"
+    evidence_kinds = (ev.FRAMES, ev.CONFIG, ev.TORCH_TRACE)
     title = "What torch.compile compiled, how long it took by phase, and when the steps became steady"
     params = {"seconds": 2.0}
     values = {
@@ -133,6 +135,7 @@ class CompileActivity(CompileProbe):
 @register
 class CompileBreaks(CompileProbe):
     id = "compile.breaks"
+    evidence_kinds = (ev.TABLE, ev.REASONS)
     title = "Graph breaks: where in the user's code, why, and how many run in every step (profiler)"
     params = {"steps": PROFILE_STEPS}
     values = {"graph_breaks": "", "breaks_per_step": "", "graphs_per_step": "", "break_at": "", "break_reason": ""}
@@ -183,6 +186,7 @@ class CompileBreaks(CompileProbe):
 @register
 class CompileRecompiles(CompileProbe):
     id = "compile.recompiles"
+    evidence_kinds = (ev.TABLE,)
     title = "Recompiles: how many, the guard that failed each time, and whether the recompile limit was hit"
     params = {"seconds": 3.0}
     values = {"recompiles": "", "recompiles_max_frame": "", "recompiles_in_window": "", "limit_hit": "",
@@ -219,6 +223,7 @@ class CompileRecompiles(CompileProbe):
 @register
 class CompileEquivalence(CompileProbe):
     id = "compile.equivalence"
+    evidence_kinds = (ev.TABLE,)
     title = "Compiled against eager on the job's own batch (no update, RNG and buffers restored)"
     reads_history = False
     params = {"timeout": 20.0}

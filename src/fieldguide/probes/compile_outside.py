@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 
@@ -21,6 +22,7 @@ STARTUP_S = 60.0  # a younger job may still be in its first compiles: compiling 
 @register
 class CompileOutside(Probe):
     id = "compile.outside"
+    evidence_kinds = (ev.SAMPLES,)
     title = "Time inside torch.compile's compiler and inside compiled code, from py-spy stacks"
     needs = frozenset({NEEDS_PROCESS})
     values = {"uses_compile": "", "compiling_fraction": "fraction", "compiled_code_fraction": "fraction",

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_AGENT, NEEDS_LAUNCH, NEEDS_PROCESS, Probe, ProbeContext
 
@@ -15,6 +16,7 @@ EAGER = {"TORCH_COMPILE_DISABLE": "1"}  # torch._dynamo.config.disable: torch.co
 @register
 class CompileSpeed(Probe):
     id = "compile.speed"
+    evidence_kinds = (ev.COMPILED_MS, ev.EAGER_MS, ev.TURNS)
     title = "Compiled vs eager steps, side by side: the command relaunched with TORCH_COMPILE_DISABLE=1"
     needs = frozenset({NEEDS_PROCESS, NEEDS_LAUNCH, NEEDS_AGENT})
     params = {"rounds": 5, "window": 2.0}

@@ -8,6 +8,7 @@ from typing import Any
 
 from fieldguide.agent.channel import AgentReply
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import NEEDS_AGENT, NEEDS_GPU, NEEDS_PROCESS, ProbeContext
@@ -38,6 +39,7 @@ class CudaProbe(AgentProbe):
 @register
 class CudaSyncs(CudaProbe):
     id = "cuda.syncs"
+    evidence_kinds = (ev.TABLE,)
     title = "Host-device synchronizations per step and the lines that make them (sync debug mode, a few steps)"
     capability = "cuda"
     params = {"steps": 5}
@@ -70,6 +72,7 @@ def step_times(device_ms: list[float], host_ms: list[float]) -> dict[str, Any]:
 @register
 class CudaSteps(CudaProbe):
     id = "cuda.steps"
+    evidence_kinds = (ev.DEVICE_MS, ev.HOST_MS)
     title = "Device time per step from CUDA events at step boundaries, beside the host's interval"
     capability = "cuda"
     params = {"steps": 20}

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.probes.uncertainty import ratio_margin, share_margin
@@ -35,6 +36,7 @@ SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_
 @register
 class RankComparison(Probe):
     id = "dist.ranks"
+    evidence_kinds = (*ev.STACK_KINDS, ev.RANKS, ev.TABLE)
     title = "Every rank side by side: own work, input, and the wait in collectives"
     needs = frozenset({NEEDS_PROCESS})
     reads_history = True

@@ -13,6 +13,7 @@ import psutil
 
 from fieldguide.measurement import Measurement
 from fieldguide.nvml import NvmlUnavailable, nvml_devices
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import Probe, ProbeContext
 
@@ -70,6 +71,7 @@ def python_version_of(pid: int) -> str | None:
 @register
 class Environment(Probe):
     id = "env.versions"
+    evidence_kinds = (ev.GPUS,)
     title = "Python, torch and CUDA versions of the target; CPU cores; GPUs through NVML"
     reads_history = True  # the agent said its versions at hello: a job that died young still has them
     params = {}

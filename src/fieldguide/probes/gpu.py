@@ -7,6 +7,7 @@ from typing import Any
 
 from fieldguide.measurement import Measurement
 from fieldguide.nvml import Nvml, NvmlUnavailable, nvml_devices
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_GPU, Probe, ProbeContext
 
@@ -21,6 +22,7 @@ def describe_device(module: Any, index: int) -> dict[str, Any]:
 @register
 class GpuDevices(Probe):
     id = "gpu.devices"
+    evidence_kinds = (ev.GPUS,)
     title = "GPUs through NVML: memory, utilization, clocks, power, processes"
     params = {}
     values = {"gpu_count": "", "nvml": "", "utilization_gpu_max": "%", "memory_used_mb_max": "MB"}
@@ -60,6 +62,7 @@ def job_processes(pid: int | None) -> tuple[set[int], str | None]:
 @register
 class GpuWindow(Probe):
     id = "gpu.window"
+    evidence_kinds = (ev.GPUS, ev.DEVICES_FROM)
     title = "The job's GPUs over a window (NVML): utilization samples, per-process SM, clocks, power, GPM"
     needs = frozenset({NEEDS_GPU})
     params = {"seconds": 4.0}

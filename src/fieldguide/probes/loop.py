@@ -11,6 +11,7 @@ from typing import Any
 
 from fieldguide.agent.inside.rows import StepRow
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext, stack_window
@@ -243,6 +244,7 @@ class Background:
 @register
 class LoopSteps(AgentProbe):
     id = "loop.steps"
+    evidence_kinds = (ev.STEP_MS, ev.DATA_WAIT_MS, ev.EPOCH_STARTS, ev.INPUT_PHASE)
     title = "Time each training step and its wait for the next batch (in-process agent)"
     capability = "loop"
     reads_history = True

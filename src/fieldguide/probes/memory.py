@@ -9,6 +9,7 @@ from typing import Any
 
 from fieldguide.agent.inside.rows import MemoryRow, RssRow
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext
@@ -88,6 +89,7 @@ def growth_values(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
 @register
 class MemoryGrowth(AgentProbe):
     id = "memory.growth"
+    evidence_kinds = (ev.CENSUS, ev.GROWING, ev.KEPT_BY, ev.ROWS)
     title = "Memory step over step inside the job, and the live tensors that accumulate"
     capability = "memory"
     params = {"seconds": 8.0}
@@ -183,6 +185,7 @@ def describe_breakdown(values: dict[str, Any]) -> str:
 @register
 class MemoryBreakdown(AgentProbe):
     id = "memory.breakdown"
+    evidence_kinds = (ev.BREAKDOWN, ev.MESSAGE, ev.RSS)
     title = "What memory holds at peak: activations, optimizer state, parameters, gradients, other"
     capability = "memory"
     reads_history = True  # an OOM that ended the job left its breakdown behind
@@ -256,6 +259,7 @@ class MemoryBreakdown(AgentProbe):
 @register
 class MemoryFragmentation(AgentProbe):
     id = "memory.fragmentation"
+    evidence_kinds = (ev.CUDA,)
     title = "CUDA caching allocator: reserved against allocated, split blocks, allocation retries"
     capability = "memory"
     reads_history = True

@@ -10,6 +10,7 @@ import psutil
 
 from fieldguide.agent.inside import memread
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_GPU, NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.probes.memory_math import (
@@ -61,6 +62,7 @@ def children_uss(pid: int) -> int:
 @register
 class MemoryGrowthOutside(Probe):
     id = "memory.growth.outside"
+    evidence_kinds = (ev.RSS,)
     title = "The job's resident memory over time, from outside (psutil)"
     needs = frozenset({NEEDS_PROCESS})
     params = {"seconds": 10.0}
@@ -175,6 +177,7 @@ class GpuSampler:
 @register
 class MemoryUsageOutside(Probe):
     id = "memory.usage.outside"
+    evidence_kinds = (ev.LIMITS,)
     title = "The job's peak memory against its limits, from /proc and its cgroup"
     needs = frozenset({NEEDS_PROCESS})
     params = {}
@@ -231,6 +234,7 @@ def describe_process(pid: int) -> str:
 @register
 class MemoryGpuOthers(Probe):
     id = "memory.gpu.others"
+    evidence_kinds = (ev.GPU,)
     title = "Other processes holding memory on the job's GPU (NVML)"
     needs = frozenset({NEEDS_PROCESS, NEEDS_GPU})
     params = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext, stack_window
@@ -16,6 +17,7 @@ from fieldguide.probes.base import ProbeContext, stack_window
 @register
 class OpProfile(AgentProbe):
     id = "torch.ops"
+    evidence_kinds = (ev.TOP_OPS,)
     title = "Profile a few steps with torch.profiler: ops per step and time inside ops"
     capability = "opprofile"
     params = {"steps": 5, "timeout": 30.0}

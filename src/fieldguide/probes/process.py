@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 
@@ -94,6 +95,7 @@ def interval_cores(prev: dict[int, dict[str, Any]], now: dict[int, dict[str, Any
 @register
 class ProcessCpu(Probe):
     id = "process.cpu"
+    evidence_kinds = (ev.RSS_MB, ev.MAIN_CPU_CORES, ev.WORKER_CPU_CORES, ev.PER_PROCESS_CORES)
     title = "CPU of the main process and each DataLoader worker, RSS over time (psutil)"
     needs = frozenset({NEEDS_PROCESS})
     params = {"seconds": 4.0, "interval": 0.5}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.probes.stack_categories import (
@@ -454,6 +455,7 @@ def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait:
 @register
 class StackSample(Probe):
     id = "stacks.sample"
+    evidence_kinds = (*ev.STACK_KINDS,)
     title = "Sample the main thread and DataLoader workers with py-spy (idle included)"
     needs = frozenset({NEEDS_PROCESS})
     params = {"seconds": 6.0, "rate": 20}

@@ -8,6 +8,7 @@ from typing import Any
 import psutil
 
 from fieldguide.measurement import Measurement
+from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
@@ -37,6 +38,7 @@ def debug_values(state: dict[str, Any]) -> dict[str, Any]:
 @register
 class TorchFlags(AgentProbe):
     id = "torch.flags"
+    evidence_kinds = (ev.STATE,)
     title = "Read torch's debugging switches inside the target"
     capability = "torchstate"
     reads_history = True
@@ -76,6 +78,7 @@ class TorchFlags(AgentProbe):
 @register
 class TorchFlagsOutside(Probe):
     id = "torch.flags.outside"
+    evidence_kinds = (ev.TOP_STACKS,)
     title = "Infer debugging switches from outside: the environment and the stacks"
     needs = frozenset({NEEDS_PROCESS})
     params = {}

@@ -15,6 +15,8 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from fieldguide.agent.inside.rows import MemoryRow, RssRow
+from fieldguide.coldstart import Phase
+from fieldguide.probes.evidence import ROWS, RSS
 from fieldguide.report.drawing import COLOURS, fmt, number
 from fieldguide.report.timeline import timed_phases, timeline_title
 
@@ -79,7 +81,7 @@ def _memory_series(evidence: dict[str, Any]) -> Series | None:
     """Memory per step from a memory probe's evidence: the agent's rows (memory.growth's
     `MemoryRow`s, CUDA's memory when the job uses it), or RSS samples in bytes, each a number (one
     per sample) or an `RssRow`."""
-    rows, rss = evidence.get("rows"), evidence.get("rss")
+    rows, rss = ROWS.of(evidence), RSS.of(evidence)
     if isinstance(rows, list) and rows and all(isinstance(r, list) and len(r) >= len(MemoryRow._fields) for r in rows):
         steps = [MemoryRow.read(r) for r in rows]
         pairs = [(number(r.step), r.cuda_allocated if r.cuda_allocated is not None else r.rss) for r in steps]
@@ -268,7 +270,7 @@ def bar_chart(title: str, bars: list[Bar], unit: str = "ms", reference: Bar | No
     return _svg(title, body)
 
 
-def timeline_chart(title: str, phases: list[dict[str, Any]], total_s: float | None = None) -> str:
+def timeline_chart(title: str, phases: list[Phase], total_s: float | None = None) -> str:
     """The cold start as one horizontal bar: a segment per phase, as wide as its seconds, labelled
     where it has room; every phase also in the legend under it."""
     found = [(title, start, seconds) for _, title, start, seconds in timed_phases(phases)]

@@ -8,17 +8,21 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from fieldguide import __version__
 from fieldguide.engine import DEPARTURE, Walk
 from fieldguide.errors import FieldguideError
 from fieldguide.measurement import format_value
+from fieldguide.probes import evidence as ev
+from fieldguide.probes.evidence import ColdStart, EvidenceKind, RankRow, StackShare
 from fieldguide.report.redact import redact_argv, redact_env, redact_text, redact_tree
 from fieldguide.report.vocabulary import ACTIONS, VERDICTS
 
 if TYPE_CHECKING:
     from fieldguide.engine import NodeResult
+
+T = TypeVar("T")
 
 # Environment variables worth carrying into a report (values redacted if secret-looking).
 RELEVANT_ENV_PREFIXES = ("CUDA_", "PYTORCH_", "TORCH", "NCCL_", "OMP_", "MKL_", "KMP_", "NVIDIA_", "HF_", "WORLD_SIZE",
@@ -131,8 +135,8 @@ class Findings:
     reruns: list[dict[str, Any]] = field(default_factory=list)
     exit: dict[str, Any] | None = None
     experiments: list[dict[str, Any]] = field(default_factory=list)
-    cold_start: dict[str, Any] | None = None
-    ranks: list[dict[str, Any]] = field(default_factory=list)
+    cold_start: ColdStart | None = None
+    ranks: list[RankRow] = field(default_factory=list)
     # The CPU contention over the walk's windows (probes/contention.py `summarize`), and the CPU
     # seconds fieldguide itself used (its samplers included).
     contention: dict[str, Any] = field(default_factory=dict)
@@ -211,7 +215,7 @@ class Findings:
                    path=data.get("path", []), created=data.get("created", ""), note=data.get("note", ""),
                    log_tail=data.get("log_tail", []), evidence=data.get("evidence", {}),
                    units=data.get("units", {}), reruns=reruns, exit=ended or None, experiments=experiments,
-                   cold_start=cold_start or None, ranks=ranks,
+                   cold_start=cast(ColdStart, cold_start) if cold_start else None, ranks=ranks,
                    contention=dict(data.get("contention") or {}) if isinstance(data.get("contention"), dict) else {},
                    self_cpu_s=data.get("self_cpu_s") if isinstance(data.get("self_cpu_s"), (int, float)) else None)
 
@@ -233,28 +237,30 @@ class Findings:
         node = self.first_departure.get("node")
         return self.path[nodes.index(node):] if node in nodes else list(self.path)
 
-    def top_stacks(self, nodes: list[str] | None = None) -> tuple[str, list[dict[str, Any]]]:
+    def of_kind(self, kind: EvidenceKind[T], nodes: list[str] | None = None) -> list[tuple[str, T]]:
+        """Each node (of `nodes`, all by default, in that order) whose evidence holds `kind`, with it."""
+        chosen = list(self.evidence) if nodes is None else nodes
+        return [(node, found) for node in chosen
+                if (found := kind.of(self.evidence.get(node))) is not None]
+
+    def first_of(self, kind: EvidenceKind[T], nodes: list[str] | None = None) -> T | None:
+        found = self.of_kind(kind, nodes)
+        return found[0][1] if found else None
+
+    def top_stacks(self, nodes: list[str] | None = None) -> tuple[str, list[StackShare]]:
         """The most frequent stacks that the nodes (all, by default) sampled: the main thread's
         if any were sampled, else the DataLoader workers'. Returns (whose, stacks)."""
-        chosen = [self.evidence[n] for n in (self.evidence if nodes is None else nodes) if n in self.evidence]
-        for key, whose in (("top_stacks", "main thread"), ("top_worker_stacks", "DataLoader workers")):
-            for evidence in chosen:
-                if isinstance(evidence, dict) and evidence.get(key):
-                    return whose, list(evidence[key])
+        for kind, whose in ((ev.TOP_STACKS, "main thread"), (ev.TOP_WORKER_STACKS, "DataLoader workers")):
+            stacks = self.first_of(kind, nodes)
+            if stacks:
+                return whose, list(stacks)
         return "", []
 
     def found_rows(self) -> list[dict[str, Any]]:
         """The departed node's evidence table (graph breaks, recompiles), if its probe left one."""
         node = (self.first_departure or {}).get("node")
-        rows = self.evidence.get(node, {}).get("table") if node else None
+        rows = self.first_of(ev.TABLE, [node]) if node else None
         return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
-
-    def torch_trace(self) -> str | None:
-        """Where the job's TORCH_TRACE log went (a compile walk in launch mode), for tlparse."""
-        for evidence in self.evidence.values():
-            if isinstance(evidence, dict) and evidence.get("torch_trace"):
-                return str(evidence["torch_trace"])
-        return None
 
     def experiment_rows(self) -> list[tuple[str, list[list[str]], str]]:
         return experiment_rows(self.experiments)

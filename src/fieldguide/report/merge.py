@@ -20,7 +20,7 @@ from fieldguide.errors import FieldguideError
 from fieldguide.ranks import pace
 from fieldguide.report.findings import Findings, load_report, utc_now
 from fieldguide.report.formats import format_module
-from fieldguide.report.sections import (
+from fieldguide.report.section_types import (
     Bullets,
     Cell,
     Heading,

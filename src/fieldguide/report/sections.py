@@ -1,108 +1,35 @@
-"""The report as typed sections, built once from the (redacted) findings (and `report merge`'s
-view from its merged reports): every document format (report/formats/) renders such a list, and
-none walks the findings itself. Text stays as it is here; each format escapes it for its own
-syntax, once."""
+"""The report as typed sections (report/section_types.py), built once from the (redacted) findings
+(and `report merge`'s view from its merged reports): every document format (report/formats/)
+renders such a list, and none walks the findings itself. The evidence a report shows comes from
+one renderer per evidence kind (report/evidence_sections.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from fieldguide import __version__
-from fieldguide.coldstart import SHARE_TITLES
-from fieldguide.measurement import format_value
 from fieldguide.report.charts import charts_for
+from fieldguide.report.evidence_sections import APPENDIX, FINDING, START, evidence_sections
 from fieldguide.report.findings import Findings
+from fieldguide.report.section_types import (
+    Cell,
+    Facts,
+    Figure,
+    FixPage,
+    Heading,
+    Paragraph,
+    Preformatted,
+    Section,
+    Span,
+    Table,
+    Title,
+    Verdict,
+    code,
+)
 from fieldguide.report.summary import EXPERIMENT_COLUMNS
-from fieldguide.report.timeline import cold_start_of, timed_phases, timeline_title
 from fieldguide.report.vocabulary import ACTION_TEXT, status_mark, verdict_text
 
 LOG_LINES = 20  # the target's last output lines shown in a report
-
-
-@dataclass(frozen=True)
-class Span:
-    """A run of inline text: plain, `code`, or bold."""
-
-    text: str
-    style: str = ""  # "" | "code" | "bold"
-
-
-def code(text: object) -> Span:
-    return Span(str(text), "code")
-
-
-@dataclass(frozen=True)
-class Title:
-    text: str
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Labelled lines under the title: the target, the environment, when."""
-
-    items: tuple[tuple[str, tuple[Span, ...]], ...]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    verdict: str  # departure | clean | inconclusive
-    text: str
-
-
-@dataclass(frozen=True)
-class Heading:
-    level: int  # 2: a part of the report, 3: within one
-    text: str
-
-
-@dataclass(frozen=True)
-class Paragraph:
-    spans: tuple[Span, ...]
-    kind: str = ""  # "" | "note" (quoted) | "error"
-
-
-@dataclass(frozen=True)
-class Cell:
-    text: str
-    code: bool = False
-    status: str = ""  # a node status the cell shows: formats may colour it
-
-
-@dataclass(frozen=True)
-class Table:
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Cell, ...], ...]
-
-
-@dataclass(frozen=True)
-class FixPage:
-    """A cause's page: why it costs, the fix as steps (report/fixsteps.py), how to verify."""
-
-    why: str
-    fix: tuple[str, ...]
-    verify: str
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A chart (inline SVG, report/charts.py): drawn by the formats that can show one."""
-
-    caption: str
-    svg: str
-
-
-@dataclass(frozen=True)
-class Preformatted:
-    lines: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Bullets:
-    items: tuple[str, ...]
-
-
-Section = Title | Facts | Verdict | Heading | Paragraph | Table | FixPage | Figure | Preformatted | Bullets
 
 
 def _table(columns: tuple[str, ...], rows: list[list[Cell]]) -> Table:
@@ -111,10 +38,6 @@ def _table(columns: tuple[str, ...], rows: list[list[Cell]]) -> Table:
 
 def _cells(*texts: object) -> list[Cell]:
     return [Cell(str(t)) for t in texts]
-
-
-def _share(seconds: float, total: object) -> str:
-    return f"{seconds / total:.0%}" if isinstance(total, (int, float)) and total > 0 else ""
 
 
 def _environment_words(env: dict[str, Any]) -> str:
@@ -155,14 +78,6 @@ def _departure(f: Findings) -> list[Section]:
             FixPage(str(dep.get("why", "")), tuple(dep["fix"]), str(dep["verify"]))]
 
 
-def _found(f: Findings) -> list[Section]:
-    rows = f.found_rows()
-    if not rows:
-        return []
-    dep = f.first_departure
-    columns = tuple(dict.fromkeys(k for r in rows for k in r))
-    return [Heading(3, f"What {dep['node'] if dep else 'the node'} found"),
-            _table(columns, [[Cell(format_value(r.get(c))) for c in columns] for r in rows])]
 
 
 def _experiments(f: Findings) -> list[Section]:
@@ -175,30 +90,8 @@ def _experiments(f: Findings) -> list[Section]:
     return found
 
 
-def _cold_start(f: Findings) -> list[Section]:
-    """The time to steady steps, the timeline's phases and where the time went (the disjoint
-    shares, largest first); what a node of the walk measured, else the walk's own."""
-    cold, _ = cold_start_of(f, [str(step["node"]) for step in f.path])
-    if cold is None:
-        return []
-    total = cold.get("total_s")
-    found: list[Section] = [
-        Heading(2, "Cold start"), Paragraph((Span(timeline_title(cold).removeprefix("Cold start: ") + "."),)),
-        _table(("phase", "from s", "seconds", "share"),
-               [_cells(title, f"{start:.3g}", f"{seconds:.3g}", _share(seconds, total))
-                for _, title, start, seconds in timed_phases(cold.get("phases"))])]
-    shares = cold.get("shares")
-    spent = sorted(((str(n), float(v)) for n, v in (shares.items() if isinstance(shares, dict) else [])
-                    if isinstance(v, (int, float)) and not isinstance(v, bool)), key=lambda item: -item[1])
-    if spent:
-        found.append(_table(("where the time went", "seconds", "share"),
-                            [_cells(SHARE_TITLES.get(name, name), f"{seconds:.3g}", _share(seconds, total))
-                             for name, seconds in spent]))
-    return found
 
 
-def _percent(share: object) -> str:
-    return f"{share:.0%}" if isinstance(share, (int, float)) else str(share)
 
 
 def report_sections(findings: Findings) -> list[Section]:
@@ -211,17 +104,13 @@ def report_sections(findings: Findings) -> list[Section]:
         Facts((("Target", target), ("Environment", (Span(_environment_words(f.environment)),)),
                ("Created", (Span(f"{f.created} by fieldguide {__version__}"),)))),
         Verdict(f.verdict, verdict_text(f.verdict)),
-        *_departure(f), *_found(f)]
-    trace = f.torch_trace()
-    if trace:
-        sections.append(Paragraph((Span("Compile trace (TORCH_TRACE) in "), code(trace), Span(": open it with "),
-                                   code(f"pip install tlparse; tlparse {trace}"), Span("."))))
+        *_departure(f), *evidence_sections(f, FINDING)]
     sections += _experiments(f)
     if f.exit:
         sections.append(Paragraph((Span(f.exit_line(), "bold"),), kind="error"))
     if f.note:
         sections.append(Paragraph((Span(f.note),), kind="note"))
-    sections += _cold_start(f)
+    sections += evidence_sections(f, START)
     charts = charts_for(f)
     if charts:
         sections += [Heading(2, "Charts"), *(Figure(caption, svg) for caption, svg in charts)]
@@ -231,12 +120,7 @@ def report_sections(findings: Findings) -> list[Section]:
         sections += [Heading(2, "Measured again in the TUI"),
                      _table(("when", "did", "node", "status", "measured", "expected", "s", "note"),
                             _steps_rows(f, f.reruns, reruns=True))]
-    whose, stacks = f.top_stacks()
-    if stacks:
-        sections += [Heading(2, f"Top stacks ({whose})"),
-                     _table(("share", "where", "stack (innermost first)"),
-                            [[Cell(_percent(s.get("share"))), Cell(str(s.get("category", ""))),
-                              Cell(str(s.get("stack", "")), code=True)] for s in stacks])]
+    sections += evidence_sections(f, APPENDIX)
     if f.log_tail:
         sections += [Heading(2, "Target output (last lines)"),
                      Preformatted(tuple(str(line) for line in f.log_tail[-LOG_LINES:]))]

@@ -11,7 +11,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from fieldguide.coldstart import ColdStart
 from fieldguide.measurement import format_value
+from fieldguide.probes.evidence import TORCH_TRACE
 from fieldguide.report.findings import Findings, experiment_rows
 from fieldguide.report.fixsteps import steps_markdown
 from fieldguide.report.timeline import cold_start_of, timeline_segments, timeline_title
@@ -79,7 +81,7 @@ class Timeline:
 
     GAP = "  "
 
-    def __init__(self, cold: dict[str, Any], most: int = 100) -> None:
+    def __init__(self, cold: ColdStart, most: int = 100) -> None:
         self.cold, self.most = cold, most
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -141,8 +143,9 @@ def summary_panel(findings: Findings) -> Panel:
     rows = findings.found_rows()
     if rows:
         parts += [Text(""), found_table(rows, findings.units)]
-    if findings.torch_trace():
-        parts += [Text(f"compile trace: tlparse {findings.torch_trace()}  (pip install tlparse)", style="dim")]
+    trace = findings.first_of(TORCH_TRACE)
+    if trace:
+        parts += [Text(f"compile trace: tlparse {trace}  (pip install tlparse)", style="dim")]
     parts += experiment_renderables(findings.experiments, gap=True)
     if findings.exit:
         parts += [Text(""), Text(findings.exit_line(), style=STYLE["error"])]

@@ -4,8 +4,9 @@ phases on one bar, in proportion, coloured as the SVG timeline (charts.py) colou
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from fieldguide.probes.evidence import COLD_START, ColdStart
 from fieldguide.report.drawing import COLOURS, fmt, number
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def timeline_segments(phases: object, width: int) -> list[Segment]:
             for i, ((phase, title, _, seconds), cells) in enumerate(zip(found, widths, strict=True))]
 
 
-def timeline_title(cold: dict[str, Any]) -> str:
+def timeline_title(cold: ColdStart) -> str:
     """`Cold start: 6.2 s to steady steps, steady from step 5` (or the time so far, not steady yet)."""
     total = number(cold.get("total_s"))
     if cold.get("steady") is False:
@@ -81,13 +82,12 @@ def timeline_title(cold: dict[str, Any]) -> str:
     return "Cold start" + (f": {fmt(total, 's')} to steady steps" if total is not None else "") + steady
 
 
-def cold_start_of(findings: Findings, nodes: list[str] | None = None) -> tuple[dict[str, Any] | None, str | None]:
+def cold_start_of(findings: Findings, nodes: list[str] | None = None) -> tuple[ColdStart | None, str | None]:
     """The cold start to draw, and the node whose evidence held it: the first of `nodes` (all, by
     default) whose probe timed the start (what a departure on it measured), else the walk's own
     (`findings.cold_start`, node None); (None, None) where there is none."""
     for node in nodes if nodes is not None else list(findings.evidence):
-        evidence = findings.evidence.get(node)
-        cold = evidence.get("cold_start") if isinstance(evidence, dict) else None
+        cold = COLD_START.of(findings.evidence.get(node))
         if isinstance(cold, dict) and timed_phases(cold.get("phases")):
             return cold, node
     cold = findings.cold_start

@@ -7,7 +7,7 @@ from html import escape
 
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import page_html
-from fieldguide.report.sections import (
+from fieldguide.report.section_types import (
     Bullets,
     Cell,
     Facts,
@@ -21,8 +21,8 @@ from fieldguide.report.sections import (
     Table,
     Title,
     Verdict,
-    report_sections,
 )
+from fieldguide.report.sections import report_sections
 
 NAME = "html"
 SUFFIXES = (".html", ".htm")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fieldguide.report.findings import Findings
 from fieldguide.report.fixsteps import page_markdown
 from fieldguide.report.mdtext import md_cell, md_code, md_fence, md_text
-from fieldguide.report.sections import (
+from fieldguide.report.section_types import (
     Bullets,
     Cell,
     Facts,
@@ -20,8 +20,8 @@ from fieldguide.report.sections import (
     Table,
     Title,
     Verdict,
-    report_sections,
 )
+from fieldguide.report.sections import report_sections
 
 NAME = "md"
 SUFFIXES = (".md", ".markdown")

@@ -3,7 +3,7 @@ the probe's live readings, then measured vs expected, and why the node matters."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from fieldguide.coldstart import ColdStart
 from fieldguide.report.vocabulary import (
     DEPART,
     ERROR,
@@ -100,7 +101,7 @@ class NodePanel(VerticalScroll):
         why = Text.assemble(("Why it costs: ", "bold dim"), (cause.why.strip(), "dim"))
         self._set(title, Text(cause.title, style="bold"), text, why)
 
-    def show_leaf(self, leaf_id: str, meaning: str, reached: bool, cold_start: dict[str, Any] | None = None) -> None:
+    def show_leaf(self, leaf_id: str, meaning: str, reached: bool, cold_start: ColdStart | None = None) -> None:
         """A healthy leaf; the one the walk reached shows the launched job's start as one bar
         (a clean slow-start walk's numbers: what each phase took)."""
         from fieldguide.report.summary import Timeline

@@ -16,6 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable
 
+from fieldguide.probes.evidence import RANKS, RankRow
 from fieldguide.ranks import pace, table_values
 
 if TYPE_CHECKING:
@@ -25,16 +26,15 @@ STRAGGLER_GLYPH = "▶"  # distinct without colour (NO_COLOR terminals)
 FIXED_WIDTH = 52  # every column but the verdict, with the cells' padding
 
 
-def rank_rows(result: NodeResult) -> list[dict[str, Any]]:
+def rank_rows(result: NodeResult) -> list[RankRow]:
     """The ranks in a node result's measurement evidence; [] for one process or none."""
-    evidence = result.measurement.evidence if result.measurement is not None else {}
-    rows = evidence.get("ranks") if isinstance(evidence, dict) else None
+    rows = RANKS.of(result.measurement.evidence) if result.measurement is not None else None
     if not isinstance(rows, list) or len(rows) < 2:
         return []
     return [r for r in rows if isinstance(r, dict)]
 
 
-def straggler(rows: list[dict[str, Any]]) -> int | None:
+def straggler(rows: list[RankRow]) -> int | None:
     """The index of the rank with the longest own work, by the rule the rank comparison uses."""
     found = pace([r.get("own_ms") for r in rows], [r.get("collective_wait") for r in rows])
     return None if found is None else found.slowest
@@ -76,7 +76,7 @@ class RankTable(DataTable[Text]):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
-        self.rows_shown: list[dict[str, Any]] = []
+        self.rows_shown: list[RankRow] = []
         self.slowest: int | None = None
 
     def on_mount(self) -> None:

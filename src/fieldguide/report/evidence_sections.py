@@ -1,0 +1,133 @@
+"""The report's sections for the evidence kinds a report shows (probes/evidence.py, `shown`), one
+renderer per kind, registered here: the findings' sections (report/sections.py) take them from this
+registry by where they go, and never read an evidence key themselves. A kind a report should show
+is its declaration, the probe that leaves it, and one `@renders(...)` function below."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fieldguide.coldstart import SHARE_TITLES
+from fieldguide.measurement import format_value
+from fieldguide.probes import evidence as ev
+from fieldguide.report.findings import Findings
+from fieldguide.report.section_types import Cell, Heading, Paragraph, Section, Span, Table, code
+from fieldguide.report.timeline import cold_start_of, timed_phases, timeline_title
+
+# Where a kind's sections go in a report: beside the departure (what the node found), after the
+# walk's notes (the job's start), or in the appendix after the path (the raw stacks).
+FINDING, START, APPENDIX = "finding", "start", "appendix"
+PLACES = (FINDING, START, APPENDIX)
+
+
+@dataclass(frozen=True)
+class EvidenceRenderer:
+    kinds: tuple[ev.EvidenceKind[Any], ...]
+    place: str
+    build: Callable[[Findings], list[Section]]
+
+
+RENDERERS: list[EvidenceRenderer] = []
+
+
+def renders(*kinds: ev.EvidenceKind[Any], place: str) -> Callable[[Callable[[Findings], list[Section]]],
+                                                                   Callable[[Findings], list[Section]]]:
+    """Register `build(findings) -> sections` as the one renderer of `kinds` in a report."""
+    if place not in PLACES:
+        raise ValueError(f"unknown place {place!r}")
+
+    def register(build: Callable[[Findings], list[Section]]) -> Callable[[Findings], list[Section]]:
+        RENDERERS.append(EvidenceRenderer(kinds, place, build))
+        return build
+    return register
+
+
+def evidence_sections(findings: Findings, place: str) -> list[Section]:
+    """Every registered kind's sections that go at `place`, in registration order."""
+    return [section for r in RENDERERS if r.place == place for section in r.build(findings)]
+
+
+def _share(seconds: float, total: object) -> str:
+    return f"{seconds / total:.0%}" if isinstance(total, (int, float)) and total > 0 else ""
+
+
+def _percent(share: object) -> str:
+    return f"{share:.0%}" if isinstance(share, (int, float)) and not isinstance(share, bool) else "—"
+
+
+def _stack_share(stack: ev.StackShare) -> str:
+    """A main-thread stack's share of the samples; a worker stack's count of them."""
+    return _percent(stack["share"]) if "share" in stack else f"{stack.get('samples', 0)} samples"
+
+
+def _cells(*texts: object) -> tuple[Cell, ...]:
+    return tuple(Cell(str(t)) for t in texts)
+
+
+@renders(ev.TABLE, place=FINDING)
+def found(f: Findings) -> list[Section]:
+    """The departed node's table (graph breaks, recompiles, ranks), if its probe left one."""
+    rows = f.found_rows()
+    if not rows:
+        return []
+    dep = f.first_departure
+    columns = tuple(dict.fromkeys(k for r in rows for k in r))
+    return [Heading(3, f"What {dep['node'] if dep else 'the node'} found"),
+            Table(columns, tuple(tuple(Cell(format_value(r.get(c))) for c in columns) for r in rows))]
+
+
+@renders(ev.TORCH_TRACE, place=FINDING)
+def torch_trace(f: Findings) -> list[Section]:
+    trace = f.first_of(ev.TORCH_TRACE)
+    if not trace:
+        return []
+    return [Paragraph((Span("Compile trace (TORCH_TRACE) in "), code(trace), Span(": open it with "),
+                       code(f"pip install tlparse; tlparse {trace}"), Span(".")))]
+
+
+@renders(ev.COLD_START, place=START)
+def cold_start(f: Findings) -> list[Section]:
+    """The time to steady steps, the timeline's phases and where the time went (the disjoint
+    shares, largest first); what a node of the walk measured, else the walk's own."""
+    cold, _ = cold_start_of(f, [str(step["node"]) for step in f.path])
+    if cold is None:
+        return []
+    total = cold.get("total_s")
+    sections: list[Section] = [
+        Heading(2, "Cold start"), Paragraph((Span(timeline_title(cold).removeprefix("Cold start: ") + "."),)),
+        Table(("phase", "from s", "seconds", "share"),
+              tuple(_cells(title, f"{start:.3g}", f"{seconds:.3g}", _share(seconds, total))
+                    for _, title, start, seconds in timed_phases(cold.get("phases"))))]
+    shares = cold.get("shares")
+    spent = sorted(((str(n), float(v)) for n, v in (shares.items() if isinstance(shares, dict) else [])
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)), key=lambda item: -item[1])
+    if spent:
+        sections.append(Table(("where the time went", "seconds", "share"),
+                              tuple(_cells(SHARE_TITLES.get(name, name), f"{seconds:.3g}", _share(seconds, total))
+                                    for name, seconds in spent)))
+    return sections
+
+
+@renders(ev.RANKS, place=APPENDIX)
+def ranks(f: Findings) -> list[Section]:
+    """Each rank's step, own work and waits, where the walk compared ranks."""
+    rows = f.ranks or f.first_of(ev.RANKS) or []
+    if len(rows) < 2:
+        return []
+    columns = ("rank", "host", "step_ms", "own_ms", "data_wait", "collective_wait", "verdict")
+    return [Heading(2, "Ranks"),
+            Table(columns, tuple(tuple(Cell(_percent(r.get(c)) if c.endswith("_wait") else format_value(r.get(c)))
+                                       for c in columns) for r in rows))]
+
+
+@renders(ev.TOP_STACKS, ev.TOP_WORKER_STACKS, place=APPENDIX)
+def top_stacks(f: Findings) -> list[Section]:
+    whose, stacks = f.top_stacks()
+    if not stacks:
+        return []
+    return [Heading(2, f"Top stacks ({whose})"),
+            Table(("share", "where", "stack (innermost first)"),
+                  tuple((Cell(_stack_share(s)), Cell(str(s.get("category", ""))),
+                         Cell(str(s.get("stack", "")), code=True)) for s in stacks))]

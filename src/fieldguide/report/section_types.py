@@ -1,0 +1,92 @@
+"""The typed sections a report is made of: every document format (report/formats/) and the
+terminal renderer draw a list of these, and none walks the findings itself. Text stays as it is
+here; each format escapes it for its own syntax, once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    """A run of inline text: plain, `code`, or bold."""
+
+    text: str
+    style: str = ""  # "" | "code" | "bold"
+
+
+def code(text: object) -> Span:
+    return Span(str(text), "code")
+
+
+@dataclass(frozen=True)
+class Title:
+    text: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Labelled lines under the title: the target, the environment, when."""
+
+    items: tuple[tuple[str, tuple[Span, ...]], ...]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str  # departure | clean | inconclusive
+    text: str
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int  # 2: a part of the report, 3: within one
+    text: str
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    spans: tuple[Span, ...]
+    kind: str = ""  # "" | "note" (quoted) | "error"
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    code: bool = False
+    status: str = ""  # a node status the cell shows: formats may colour it
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+
+
+@dataclass(frozen=True)
+class FixPage:
+    """A cause's page: why it costs, the fix as steps (report/fixsteps.py), how to verify."""
+
+    why: str
+    fix: tuple[str, ...]
+    verify: str
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A chart (inline SVG, report/charts.py): drawn by the formats that can show one."""
+
+    caption: str
+    svg: str
+
+
+@dataclass(frozen=True)
+class Preformatted:
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+Section = Title | Facts | Verdict | Heading | Paragraph | Table | FixPage | Figure | Preformatted | Bullets
