@@ -24,6 +24,8 @@ ONE_OF_EACH: list[s.Section] = [
     s.Figure("a chart", "<svg></svg>"),
     s.Preformatted(("```", "<script>alert(1)</script>")),
     s.Bullets(("rank 1 | host",)),
+    s.Timeline({"phases": [{"phase": "imports", "title": "Imports [torch]", "start_s": 0.0, "seconds": 2.0}],
+                "total_s": 2.0, "steady": True, "steady_step": 3}),
 ]
 
 
@@ -61,3 +63,16 @@ def test_markdown_shows_a_code_span_and_html_escapes_the_title() -> None:
     assert "<title>fieldguide report: &lt;Slow&gt; *training*</title>" in page
     assert "<td class='depart'>✗ depart</td>" in page and "<figure><svg></svg>" in page
     assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+def test_the_terminal_draws_every_section_and_reads_no_markup() -> None:
+    from rich.console import Console, Group
+
+    from fieldguide.report.terminal import renderables
+
+    console = Console(record=True, width=80, color_system=None)
+    console.print(Group(*renderables(ONE_OF_EACH)))
+    text = console.export_text()
+    assert "DataLoader.__next__" in text and "<Slow> *training*" in text  # as it is, not as markup
+    assert "Imports [torch]" in text and "num_workers=4" in text and "Run it again" in text
+    assert all(len(line) <= 80 for line in text.splitlines())

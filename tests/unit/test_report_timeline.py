@@ -14,7 +14,8 @@ from rich.console import Console
 from fieldguide.coldstart import SHARE_TITLES, take_apart
 from fieldguide.report import Findings, to_markdown
 from fieldguide.report.drawing import COLOURS
-from fieldguide.report.summary import Timeline, summary_panel
+from fieldguide.report.summary import summary_panel
+from fieldguide.report.terminal import TimelineBar as Timeline
 from fieldguide.report.timeline import FILLS, cell_widths, cold_start_of, timeline_segments
 
 

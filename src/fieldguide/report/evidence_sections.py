@@ -13,8 +13,17 @@ from fieldguide.coldstart import SHARE_TITLES
 from fieldguide.measurement import format_value
 from fieldguide.probes import evidence as ev
 from fieldguide.report.findings import Findings
-from fieldguide.report.section_types import Cell, Heading, Paragraph, Section, Span, Table, code
-from fieldguide.report.timeline import cold_start_of, timed_phases, timeline_title
+from fieldguide.report.section_types import (
+    Cell,
+    Heading,
+    Paragraph,
+    Section,
+    Span,
+    Table,
+    Timeline,
+    code,
+)
+from fieldguide.report.timeline import cold_start_of, share_of, timeline_title
 
 # Where a kind's sections go in a report: beside the departure (what the node found), after the
 # walk's notes (the job's start), or in the appendix after the path (the raw stacks).
@@ -47,10 +56,6 @@ def renders(*kinds: ev.EvidenceKind[Any], place: str) -> Callable[[Callable[[Fin
 def evidence_sections(findings: Findings, place: str) -> list[Section]:
     """Every registered kind's sections that go at `place`, in registration order."""
     return [section for r in RENDERERS if r.place == place for section in r.build(findings)]
-
-
-def _share(seconds: float, total: object) -> str:
-    return f"{seconds / total:.0%}" if isinstance(total, (int, float)) and total > 0 else ""
 
 
 def _percent(share: object) -> str:
@@ -91,21 +96,19 @@ def torch_trace(f: Findings) -> list[Section]:
 def cold_start(f: Findings) -> list[Section]:
     """The time to steady steps, the timeline's phases and where the time went (the disjoint
     shares, largest first); what a node of the walk measured, else the walk's own."""
-    cold, _ = cold_start_of(f, [str(step["node"]) for step in f.path])
+    cold, node = cold_start_of(f, [str(step["node"]) for step in f.path])
     if cold is None:
         return []
     total = cold.get("total_s")
     sections: list[Section] = [
         Heading(2, "Cold start"), Paragraph((Span(timeline_title(cold).removeprefix("Cold start: ") + "."),)),
-        Table(("phase", "from s", "seconds", "share"),
-              tuple(_cells(title, f"{start:.3g}", f"{seconds:.3g}", _share(seconds, total))
-                    for _, title, start, seconds in timed_phases(cold.get("phases"))))]
+        Timeline(cold, node)]
     shares = cold.get("shares")
     spent = sorted(((str(n), float(v)) for n, v in (shares.items() if isinstance(shares, dict) else [])
                     if isinstance(v, (int, float)) and not isinstance(v, bool)), key=lambda item: -item[1])
     if spent:
         sections.append(Table(("where the time went", "seconds", "share"),
-                              tuple(_cells(SHARE_TITLES.get(name, name), f"{seconds:.3g}", _share(seconds, total))
+                              tuple(_cells(SHARE_TITLES.get(name, name), f"{seconds:.3g}", share_of(seconds, total))
                                     for name, seconds in spent)))
     return sections
 

@@ -351,6 +351,9 @@ def _peaks(arm: dict[str, Any]) -> str:
     return ", ".join(part for part in said if part) or "n/a"
 
 
+EXPERIMENT_COLUMNS = ("arm", "step ms (quartiles)", "steps", "vs as launched (rounds)", "peak MB", "applied")
+
+
 def experiment_rows(experiments: list[dict[str, Any]]) -> list[tuple[str, list[list[str]], str]]:
     """Per experiment: its title, a row per arm (arm, step ms with quartiles, steps, vs the job,
     peak memory, what was applied), and its verdict or why it did not run."""

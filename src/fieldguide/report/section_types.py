@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fieldguide.coldstart import ColdStart
+
 
 @dataclass(frozen=True)
 class Span:
@@ -89,4 +91,14 @@ class Bullets:
     items: tuple[str, ...]
 
 
-Section = Title | Facts | Verdict | Heading | Paragraph | Table | FixPage | Figure | Preformatted | Bullets
+@dataclass(frozen=True)
+class Timeline:
+    """The job's start, phase by phase on one clock: a bar on a terminal, a table in a document.
+    `node`: the node of the walk whose probe timed it, None where the walk timed its job's start
+    on the side."""
+
+    cold: ColdStart
+    node: str | None = None
+
+
+Section = Title | Facts | Verdict | Heading | Paragraph | Table | FixPage | Figure | Preformatted | Bullets | Timeline

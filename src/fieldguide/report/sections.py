@@ -10,7 +10,7 @@ from typing import Any
 from fieldguide import __version__
 from fieldguide.report.charts import charts_for
 from fieldguide.report.evidence_sections import APPENDIX, FINDING, START, evidence_sections
-from fieldguide.report.findings import Findings
+from fieldguide.report.findings import EXPERIMENT_COLUMNS, Findings, experiment_rows
 from fieldguide.report.section_types import (
     Cell,
     Facts,
@@ -22,14 +22,15 @@ from fieldguide.report.section_types import (
     Section,
     Span,
     Table,
+    Timeline,
     Title,
     Verdict,
     code,
 )
-from fieldguide.report.summary import EXPERIMENT_COLUMNS
 from fieldguide.report.vocabulary import ACTION_TEXT, status_mark, verdict_text
 
 LOG_LINES = 20  # the target's last output lines shown in a report
+NOTE_CHARS = 120  # of a node's note, where a terminal shows it for want of measured values
 
 
 def _table(columns: tuple[str, ...], rows: list[list[Cell]]) -> Table:
@@ -80,9 +81,66 @@ def _departure(f: Findings) -> list[Section]:
 
 
 
+def _path_brief(f: Findings, steps: list[dict[str, Any]], *, reruns: bool = False) -> Table:
+    """The path as a terminal shows it: node, status and what was measured (else the note)."""
+    rows = []
+    for step in steps:
+        measured = _measured(f, step.get("measured") or {}) or str(step.get("note") or "")[:NOTE_CHARS]
+        cells = [Cell(str(step["node"])), Cell(status_mark(step["status"]), status=str(step["status"])), Cell(measured)]
+        if reruns:
+            cells.insert(0, Cell(ACTION_TEXT.get(step["action"], step["action"])))
+        rows.append(cells)
+    return _table((("did",) if reruns else ()) + ("node", "status", "measured"), rows)
+
+
+def _departure_brief(f: Findings) -> list[Section]:
+    dep = f.first_departure
+    if not dep:
+        return [Heading(3, f"Healthy: {f.conclusion}"), Paragraph((Span(f.conclusion_text),))] if f.conclusion else []
+    return [Heading(3, f"{dep['title']}  [{dep['cause']}]"), Paragraph((Span(str(dep["summary"])),)),
+            Paragraph((Span("expected: "), code(dep["expected"]))),
+            FixPage("", tuple(dep["fix"]), str(dep["verify"]))]
+
+
+def brief(sections: list[Section], max_rows: int) -> list[Section]:
+    """The sections with each table cut to `max_rows` rows, saying how many more the report has."""
+    cut: list[Section] = []
+    for s in sections:
+        if isinstance(s, Table) and len(s.rows) > max_rows:
+            cut += [Table(s.columns, s.rows[:max_rows]),
+                    Paragraph((Span(f"… {len(s.rows) - max_rows} more in the report"),))]
+        else:
+            cut.append(s)
+    return cut
+
+
+def summary_sections(findings: Findings, *, max_rows: int = 8) -> list[Section]:
+    """The short summary a headless walk prints: the verdict, the path, the departure and its fix,
+    what the departed node found (`max_rows` of it), the start where a node timed it, the fixes
+    tried, how the job ended; the same sections as the report, fewer of them."""
+    f = findings.redacted()
+    sections: list[Section] = [Verdict(f.verdict, verdict_text(f.verdict)), _path_brief(f, f.path),
+                               *_departure_brief(f)]
+    sections += [s for s in evidence_sections(f, START) if isinstance(s, Timeline) and s.node is not None]
+    sections += brief(evidence_sections(f, FINDING), max_rows)
+    sections += _experiments(f)
+    if f.exit:
+        sections.append(Paragraph((Span(f.exit_line(), "bold"),), kind="error"))
+    if f.note:
+        sections.append(Paragraph((Span(f.note),), kind="note"))
+    if f.reruns:
+        sections += [Heading(3, "Measured again in the TUI:"), _path_brief(f, f.reruns, reruns=True)]
+    return sections
+
+
 def _experiments(f: Findings) -> list[Section]:
+    return experiment_sections(f.experiments)
+
+
+def experiment_sections(experiments: list[dict[str, Any]]) -> list[Section]:
+    """Each fix tried: its title, the table of arms, and its verdict (or why it was not tried)."""
     found: list[Section] = []
-    for title, arm_rows, said in f.experiment_rows():
+    for title, arm_rows, said in experiment_rows(experiments):
         found.append(Heading(3, title))
         if arm_rows:
             found.append(_table(tuple(EXPERIMENT_COLUMNS), [_cells(*row) for row in arm_rows]))

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from fieldguide.probes.evidence import COLD_START, ColdStart
 from fieldguide.report.drawing import COLOURS, fmt, number
+from fieldguide.report.section_types import Cell, Table
+from fieldguide.report.section_types import Timeline as TimelineSection
 
 if TYPE_CHECKING:
     from fieldguide.report.findings import Findings
@@ -42,6 +44,18 @@ def timed_phases(phases: object) -> list[tuple[str, str, float, float]]:
             found.append((str(p.get("phase") or ""), str(p.get("title") or p.get("phase") or "?"),
                           number(p.get("start_s")) or 0.0, seconds))
     return found
+
+
+def share_of(seconds: float, total: object) -> str:
+    return f"{seconds / total:.0%}" if isinstance(total, (int, float)) and total > 0 else ""
+
+
+def phases_table(timeline: TimelineSection) -> Table:
+    """A timeline as a document draws it: a row per phase, from when, how long, what share."""
+    total = timeline.cold.get("total_s")
+    return Table(("phase", "from s", "seconds", "share"),
+                 tuple(tuple(Cell(text) for text in (title, f"{start:.3g}", f"{seconds:.3g}", share_of(seconds, total)))
+                       for _, title, start, seconds in timed_phases(timeline.cold.get("phases"))))
 
 
 def cell_widths(amounts: list[float], width: int) -> list[int]:

@@ -19,10 +19,12 @@ from fieldguide.report.section_types import (
     Section,
     Span,
     Table,
+    Timeline,
     Title,
     Verdict,
 )
 from fieldguide.report.sections import report_sections
+from fieldguide.report.timeline import phases_table
 
 NAME = "html"
 SUFFIXES = (".html", ".htm")
@@ -65,6 +67,8 @@ def section_html(section: Section) -> str:
             + "</table>"
     if isinstance(section, FixPage):
         return page_html(section.why, list(section.fix), section.verify)
+    if isinstance(section, Timeline):
+        return section_html(phases_table(section))
     if isinstance(section, Figure):
         return f"<figure>{section.svg}<figcaption>{escape(section.caption)}</figcaption></figure>"
     if isinstance(section, Preformatted):

@@ -18,10 +18,12 @@ from fieldguide.report.section_types import (
     Section,
     Span,
     Table,
+    Timeline,
     Title,
     Verdict,
 )
 from fieldguide.report.sections import report_sections
+from fieldguide.report.timeline import phases_table
 
 NAME = "md"
 SUFFIXES = (".md", ".markdown")
@@ -67,6 +69,8 @@ def section_lines(section: Section) -> list[str]:
         return [*md_fence(list(section.lines)), ""]
     if isinstance(section, Bullets):
         return [f"- {md_text(item)}" for item in section.items] + [""]
+    if isinstance(section, Timeline):
+        return section_lines(phases_table(section))
     if isinstance(section, Figure):
         return []  # a chart needs a format that draws: the HTML report has it
     raise TypeError(f"no Markdown for {type(section).__name__}")

@@ -20,8 +20,11 @@ from textual.widgets import Footer, Header, Markdown, Static
 
 from fieldguide.measurement import format_value
 from fieldguide.report.charts import series_groups
+from fieldguide.report.evidence_sections import FINDING, evidence_sections
 from fieldguide.report.fixsteps import page_markdown
-from fieldguide.report.summary import FOUND_ROWS, Timeline, found_table
+from fieldguide.report.sections import brief
+from fieldguide.report.summary import FOUND_ROWS
+from fieldguide.report.terminal import TimelineBar, renderables
 from fieldguide.report.timeline import cold_start_of
 from fieldguide.report.vocabulary import (
     DEPART,
@@ -176,21 +179,16 @@ class DepartureScreen(Screen[None]):
         return lines
 
     def _rows(self) -> list[RenderableType]:
-        """Rows a probe leaves as `table` in its evidence (graph breaks with their source lines,
-        recompiles with their guard failures), for the departed node, drawn as the report draws them."""
-        rows = self.findings.found_rows()
-        if not rows:
-            return []
-        more = [Text(f"… {len(rows) - FOUND_ROWS} more in the report", style="dim")] if len(rows) > FOUND_ROWS else []
-        return [Text(""), Text(f"{self.departure['node']}: what was found", style="bold"),
-                found_table(rows, self.findings.units), *more]
+        """What the departed node found (graph breaks with their source lines, recompiles with their
+        guard failures, ranks): the report's sections for it, drawn for a terminal."""
+        return renderables(brief(evidence_sections(self.findings, FINDING), FOUND_ROWS))
 
     def _timeline(self) -> tuple[list[RenderableType], bool]:
-        """The cold start as one bar, a segment per phase (report/summary.py's Timeline, laid out by
+        """The cold start as one bar, a segment per phase (report/terminal.py's TimelineBar, laid out by
         report/charts.py), where the findings have one; and whether the chain measured it (then it
         goes with the departed node's rows), rather than the walk timing its job's start on the side."""
         cold, node = cold_start_of(self.findings, [step["node"] for step in self.chain])
-        return ([Text(""), Timeline(cold)] if cold is not None else []), node is not None
+        return ([Text(""), TimelineBar(cold)] if cold is not None else []), node is not None
 
     def _evidence(self) -> Group:
         parts: list[RenderableType] = [Text(""), Text("Evidence", style="bold underline")]

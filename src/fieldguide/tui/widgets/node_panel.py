@@ -104,12 +104,12 @@ class NodePanel(VerticalScroll):
     def show_leaf(self, leaf_id: str, meaning: str, reached: bool, cold_start: ColdStart | None = None) -> None:
         """A healthy leaf; the one the walk reached shows the launched job's start as one bar
         (a clean slow-start walk's numbers: what each phase took)."""
-        from fieldguide.report.summary import Timeline
+        from fieldguide.report.terminal import TimelineBar
         from fieldguide.report.timeline import timed_phases
 
         title = Text.assemble(("● " if reached else "○ ", "bold green" if reached else "dim"), (leaf_id, "bold"),
                               ("  the walk ended here: healthy" if reached else "  a healthy leaf", "dim"))
         start: RenderableType = Text("")
         if reached and cold_start is not None and timed_phases(cold_start.get("phases")):
-            start = Group(Text("The job's start", style="bold"), Timeline(cold_start))
+            start = Group(Text("The job's start", style="bold"), TimelineBar(cold_start))
         self._set(title, Text(meaning.strip()), start)
