@@ -1,4 +1,4 @@
-"""How long `fieldguide --help` takes, and what `import fieldguide.cli` loads.
+"""How long `fieldguide --help` takes, and what `import fieldguide.frontends.cli` loads.
 
     .venv/bin/python benchmarks/cli_startup.py [--runs 5]
 
@@ -30,14 +30,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     times = [time_help() for _ in range(max(1, args.runs))]
-    code = "import sys, fieldguide.cli; print(' '.join(sorted(sys.modules)))"
+    code = "import sys, fieldguide.frontends.cli; print(' '.join(sorted(sys.modules)))"
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True).stdout.split())
     heavy = sorted(m for m in HEAVY if m in loaded)
     best = min(times)
     print(f"fieldguide --help: best {best * 1000:.0f} ms, median {statistics.median(times) * 1000:.0f} ms "
           f"over {len(times)} runs (target < {TARGET_S * 1000:.0f} ms)")
-    print(f"heavy modules loaded by `import fieldguide.cli`: {', '.join(heavy) or 'none'}")
+    print(f"heavy modules loaded by `import fieldguide.frontends.cli`: {', '.join(heavy) or 'none'}")
     return 0 if best < TARGET_S and not heavy else 1
 
 

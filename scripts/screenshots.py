@@ -25,12 +25,12 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from fieldguide import workloads
-from fieldguide.tui.app import FieldguideApp, make_app
-from fieldguide.tui.dialogs.export import ExportDialog
-from fieldguide.tui.procscan import ProcessScanner
-from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.screens.picker import PlaybookPicker, TargetPicker
-from fieldguide.tui.screens.walk import WalkScreen
+from fieldguide.frontends.tui.app import FieldguideApp, make_app
+from fieldguide.frontends.tui.dialogs.export import ExportDialog
+from fieldguide.frontends.tui.procscan import ProcessScanner
+from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.screens.picker import PlaybookPicker, TargetPicker
+from fieldguide.frontends.tui.screens.walk import WalkScreen
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,8 +20,8 @@ def imported_after(statement: str) -> set[str]:
     return set(out.split())
 
 
-@pytest.mark.parametrize("module", ["fieldguide.playbook", "fieldguide.engine", "fieldguide.probes",
-                                    "fieldguide.report", "fieldguide.session", "fieldguide.targets",
+@pytest.mark.parametrize("module", ["fieldguide.playbook", "fieldguide.walk.engine", "fieldguide.probes",
+                                    "fieldguide.report", "fieldguide.walk.session", "fieldguide.targets",
                                     "fieldguide.report.summary"])
 def test_core_never_imports_textual(module: str) -> None:
     modules = imported_after(f"import {module}; from fieldguide.probes import registry; registry.ids()")
@@ -33,7 +33,7 @@ def test_core_never_imports_textual(module: str) -> None:
 def test_cli_help_is_light() -> None:
     # How fast `--help` is depends on the machine: benchmarks/cli_startup.py times it. What
     # makes it fast is tested here: the CLI module loads nothing heavy.
-    modules = imported_after("import fieldguide.cli")
+    modules = imported_after("import fieldguide.frontends.cli")
     assert not {"torch", "textual", "pynvml", "psutil", "rich"} & modules
     done = subprocess.run([sys.executable, "-m", "fieldguide", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "usage: fieldguide" in done.stdout

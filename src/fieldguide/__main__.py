@@ -1,3 +1,3 @@
-from fieldguide.cli import main
+from fieldguide.frontends.cli import main
 
 raise SystemExit(main())

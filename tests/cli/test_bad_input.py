@@ -118,7 +118,7 @@ def test_ptrace_not_permitted(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ptrace_denied_message_says_how_to_allow() -> None:
-    from fieldguide.access import ptrace_denial
+    from fieldguide.host.access import ptrace_denial
 
     text = ptrace_denial(capabilities_hex="0", yama_scope=1)
     assert text is not None

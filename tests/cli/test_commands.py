@@ -39,9 +39,9 @@ def test_explain_keeps_a_steps_code_inside_its_numbered_step() -> None:
 
 
 def test_report_renders_a_saved_json_report(tmp_path: Path) -> None:
-    from fieldguide.engine import Walk
     from fieldguide.playbook import find_playbook
     from fieldguide.report import findings_from_walk
+    from fieldguide.walk.engine import Walk
     from tests.unit.fg_fakes import (  # a real walk over constructed measurements
         FakeMeasure,
         healthy_values,

@@ -1,4 +1,4 @@
-"""`python -m fieldguide.cli` keeps its output through a pipe; the demo without torch is one line."""
+"""`python -m fieldguide.frontends.cli` keeps its output through a pipe; the demo without torch is one line."""
 
 from __future__ import annotations
 
@@ -23,21 +23,21 @@ def plain_env(**extra: str) -> dict[str, str]:
 
 def test_module_entry_point_flushes_stdout_into_a_pipe() -> None:
     # stdout is a pipe here (block buffered): os._exit without a flush would lose every line.
-    proc = subprocess.run([sys.executable, "-m", "fieldguide.cli", "playbooks"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "fieldguide.frontends.cli", "playbooks"], capture_output=True, text=True,
                           env=plain_env(), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "slow-training" in proc.stdout
 
 
 def test_module_entry_point_flushes_stderr_and_keeps_the_status(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "fieldguide.cli", "report", str(tmp_path / "none.json")],
+    proc = subprocess.run([sys.executable, "-m", "fieldguide.frontends.cli", "report", str(tmp_path / "none.json")],
                           capture_output=True, text=True, env=plain_env(), timeout=60)
     assert_one_line_error(proc, 2, "no such report")
 
 
 def test_module_entry_point_into_a_closed_pipe_is_quiet() -> None:
     # `fieldguide playbooks | head -0`: the reader is gone; no BrokenPipe traceback.
-    proc = subprocess.run(f"{sys.executable} -m fieldguide.cli playbooks | head -c 0", shell=True,
+    proc = subprocess.run(f"{sys.executable} -m fieldguide.frontends.cli playbooks | head -c 0", shell=True,
                           capture_output=True, text=True, env=plain_env(), timeout=60)
     assert "Traceback" not in proc.stderr
 

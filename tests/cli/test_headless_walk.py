@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from fieldguide.errors import TargetFailed
-from fieldguide.headless import walk_off_main_thread
+from fieldguide.frontends.headless import walk_off_main_thread
 
 
 class BlockingSession:
@@ -81,7 +81,7 @@ def test_an_error_the_walk_raised_reaches_the_caller() -> None:
 
 
 def test_a_sigterm_is_named_as_sigterm_not_as_ctrl_c() -> None:
-    from fieldguide.cli import _interrupt
+    from fieldguide.frontends.cli import _interrupt
 
     session = BlockingSession()
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from fieldguide import cli
-from fieldguide.headless import ProgressLine
+from fieldguide.frontends import cli
+from fieldguide.frontends.headless import ProgressLine
 from tests.cli.test_bad_input import assert_one_line_error
 from tests.conftest import FIELDGUIDE
 

@@ -67,8 +67,8 @@ def test_pageable_copies_show_in_the_profile(job: LaunchTarget) -> None:
 
 
 def test_the_nvml_window_sees_the_job_on_its_gpu(job: LaunchTarget) -> None:
-    from fieldguide.gpuwindow import job_devices, sample_window, summarize
-    from fieldguide.nvml import Nvml
+    from fieldguide.host.gpuwindow import job_devices, sample_window, summarize
+    from fieldguide.host.nvml import Nvml
 
     nvml = Nvml.open()
     try:

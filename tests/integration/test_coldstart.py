@@ -10,8 +10,8 @@ import pytest
 
 from fieldguide import workloads
 from fieldguide.playbook import find_playbook
-from fieldguide.session import Session
 from fieldguide.targets import LaunchTarget
+from fieldguide.walk.session import Session
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fieldguide.experiment import ABExperiment
+from fieldguide.experiments.experiment import ABExperiment
 from fieldguide.targets import LaunchTarget
 
 pytestmark = pytest.mark.integration

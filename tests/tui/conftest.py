@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fieldguide.tui.app import FieldguideApp
+from fieldguide.frontends.tui.app import FieldguideApp
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from typing import Any
 from fieldguide import workloads
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import find_playbook
-from fieldguide.session import Session, demo_command, open_target
+from fieldguide.walk.session import Session, demo_command, open_target
 
 FIXTURE = Path(__file__).with_name("fixtures") / "demo_walk.json"
 PID = 4242  # the recorded pid and command line are replaced by stable ones, so snapshots do not vary

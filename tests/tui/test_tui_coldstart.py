@@ -11,12 +11,12 @@ import pytest
 from textual.widgets import Static
 from tui_helpers import FakeScanner, wait_for
 
-from fieldguide.coldstart import take_apart
+from fieldguide.analysis.coldstart import take_apart
+from fieldguide.frontends.tui.app import make_app
+from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.walkstate import Remeasure
 from fieldguide.playbook import find_playbook
 from fieldguide.report.findings import Findings
-from fieldguide.tui.app import make_app
-from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.walkstate import Remeasure
 
 
 def cold_start() -> dict[str, Any]:
@@ -99,7 +99,7 @@ async def leaf_lines(reached: bool, cold: dict[str, Any] | None) -> list[str]:
     """The walk screen's right-hand panel on a healthy leaf, every line of it, 60 columns wide."""
     from textual.app import App, ComposeResult
 
-    from fieldguide.tui.widgets.node_panel import NodePanel
+    from fieldguide.frontends.tui.widgets.node_panel import NodePanel
 
     class PanelApp(App[None]):
         def compose(self) -> ComposeResult:

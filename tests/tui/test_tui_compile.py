@@ -13,9 +13,9 @@ import pytest
 from rich.console import Console
 from tui_helpers import wait_for
 
-from fieldguide.tui.app import make_app
-from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.screens.walk import WalkScreen
+from fieldguide.frontends.tui.app import make_app
+from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.screens.walk import WalkScreen
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from tui_helpers import FakeScanner, screen_text, wait_for
 
-from fieldguide.tui.app import make_app
-from fieldguide.tui.screens.picker import TargetPicker
-from fieldguide.tui.widgets.gpu import GpuPanel
+from fieldguide.frontends.tui.app import make_app
+from fieldguide.frontends.tui.screens.picker import TargetPicker
+from fieldguide.frontends.tui.widgets.gpu import GpuPanel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from nvml_fake import FakeGpu, fake_pynvml  # noqa: E402
@@ -81,8 +81,8 @@ async def test_a_slow_poll_is_never_overlapped_by_the_next() -> None:
 async def test_the_walk_screen_draws_the_gpus_under_the_walk() -> None:
     from tui_replay import replay_factory
 
-    from fieldguide.tui.screens.departure import DepartureScreen
-    from fieldguide.tui.screens.walk import WalkScreen
+    from fieldguide.frontends.tui.screens.departure import DepartureScreen
+    from fieldguide.frontends.tui.screens.walk import WalkScreen
 
     app = make_app(cmd=["python", "loader_remote_reads.py"], playbook_id="slow-training",
                    session_factory=replay_factory())

@@ -25,7 +25,7 @@ def run_fresh(code: str, timeout: float = 120) -> dict[str, object]:
 def test_importing_the_app_imports_neither_torch_nor_the_probes() -> None:
     out = run_fresh("""
         import json, sys
-        import fieldguide.tui.app
+        import fieldguide.frontends.tui.app
         mods = set(sys.modules)
         print(json.dumps({"torch": "torch" in mods, "probes": "fieldguide.probes.stacks" in mods,
                           "pynvml": "pynvml" in mods}))
@@ -39,9 +39,9 @@ def test_no_torch_after_mounting_the_picker_and_a_replayed_walk() -> None:
         sys.path.insert(0, ".")
         from tui_helpers import wait_for
         from tui_replay import replay_factory
-        from fieldguide.tui.app import make_app
-        from fieldguide.tui.procscan import ProcessScanner
-        from fieldguide.tui.screens.departure import DepartureScreen
+        from fieldguide.frontends.tui.app import make_app
+        from fieldguide.frontends.tui.procscan import ProcessScanner
+        from fieldguide.frontends.tui.screens.departure import DepartureScreen
 
         async def main():
             app = make_app(scanner=ProcessScanner())  # the real scanner, over this machine's processes
@@ -65,8 +65,8 @@ def test_no_torch_while_walking_the_real_demo() -> None:
         import asyncio, json, sys
         sys.path.insert(0, ".")
         from tui_helpers import wait_for
-        from fieldguide.tui.app import make_app
-        from fieldguide.tui.screens.walk import WalkScreen
+        from fieldguide.frontends.tui.app import make_app
+        from fieldguide.frontends.tui.screens.walk import WalkScreen
 
         async def main():
             app = make_app(demo=True)

@@ -19,14 +19,14 @@ from textual.widgets import DataTable, Input
 from tui_helpers import screen_text, wait_for
 
 from fieldguide import workloads
-from fieldguide.session import demo_command
-from fieldguide.tui.app import FieldguideApp, make_app
-from fieldguide.tui.dialogs.export import ConfirmOverwrite, ExportDialog
-from fieldguide.tui.procscan import ProcessScanner
-from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.screens.help import HelpScreen
-from fieldguide.tui.screens.picker import PlaybookPicker, TargetPicker
-from fieldguide.tui.screens.walk import WalkScreen
+from fieldguide.frontends.tui.app import FieldguideApp, make_app
+from fieldguide.frontends.tui.dialogs.export import ConfirmOverwrite, ExportDialog
+from fieldguide.frontends.tui.procscan import ProcessScanner
+from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.screens.help import HelpScreen
+from fieldguide.frontends.tui.screens.picker import PlaybookPicker, TargetPicker
+from fieldguide.frontends.tui.screens.walk import WalkScreen
+from fieldguide.walk.session import demo_command
 
 pytestmark = pytest.mark.integration
 

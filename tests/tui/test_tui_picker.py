@@ -5,12 +5,12 @@ from __future__ import annotations
 from textual.widgets import DataTable, OptionList
 from tui_helpers import FAKE_PROCS, FakeScanner, screen_text, wait_for
 
-from fieldguide.tui.app import make_app
-from fieldguide.tui.dialogs.error import ErrorDialog
-from fieldguide.tui.dialogs.launch import LaunchDialog
-from fieldguide.tui.screens.help import HelpScreen
-from fieldguide.tui.screens.picker import PlaybookPicker, TargetPicker
-from fieldguide.tui.screens.walk import WalkScreen
+from fieldguide.frontends.tui.app import make_app
+from fieldguide.frontends.tui.dialogs.error import ErrorDialog
+from fieldguide.frontends.tui.dialogs.launch import LaunchDialog
+from fieldguide.frontends.tui.screens.help import HelpScreen
+from fieldguide.frontends.tui.screens.picker import PlaybookPicker, TargetPicker
+from fieldguide.frontends.tui.screens.walk import WalkScreen
 
 
 async def test_picker_lists_processes_with_pid_user_cpu_rss_command() -> None:

@@ -16,15 +16,15 @@ from textual.pilot import Pilot
 from tui_helpers import screen_text, wait_for
 from tui_replay import ReplayRunner, ReplayTarget, load
 
-from fieldguide.engine import NodeResult, Walk
+from fieldguide.frontends.tui.app import FieldguideApp, make_app
+from fieldguide.frontends.tui.model import TargetSpec
+from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.screens.walk import WalkScreen
+from fieldguide.frontends.tui.widgets.ranks import STRAGGLER_GLYPH, RankTable, rank_rows, straggler
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import Playbook
-from fieldguide.session import Session
-from fieldguide.tui.app import FieldguideApp, make_app
-from fieldguide.tui.model import TargetSpec
-from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.screens.walk import WalkScreen
-from fieldguide.tui.widgets.ranks import STRAGGLER_GLYPH, RankTable, rank_rows, straggler
+from fieldguide.walk.engine import NodeResult, Walk
+from fieldguide.walk.session import Session
 
 SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
           "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
@@ -169,7 +169,7 @@ async def test_enter_on_a_rank_walks_its_own_process_and_escape_comes_back() -> 
 
 async def test_a_rank_that_cannot_be_read_goes_back_to_the_jobs_walk() -> None:
     from fieldguide.errors import FieldguideError
-    from fieldguide.tui.dialogs.error import ErrorDialog
+    from fieldguide.frontends.tui.dialogs.error import ErrorDialog
 
     class Denied(Recorder):
         def __call__(self, spec: TargetSpec, playbook: Playbook, on_reading: Callable[[dict[str, Any]], None],

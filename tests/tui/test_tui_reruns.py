@@ -11,10 +11,10 @@ import pytest
 from tui_helpers import screen_text, wait_for
 from tui_replay import replay_factory
 
+from fieldguide.frontends.tui.app import make_app
+from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.screens.walk import WalkScreen
 from fieldguide.report import Findings
-from fieldguide.tui.app import make_app
-from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.screens.walk import WalkScreen
 
 DEMO_CMD = ["python", "loader_remote_reads.py"]
 
@@ -76,7 +76,7 @@ async def test_reruns_jumps_and_remeasures_are_exported_and_read_back(tmp_path: 
 
     # `fieldguide report saved.json` reads them back
     assert Findings.from_json(data).to_json() == data
-    from fieldguide.cli import main
+    from fieldguide.frontends.cli import main
 
     assert main(["report", str(report), "--format", "md"]) == 0
     md = capsys.readouterr().out
@@ -99,7 +99,7 @@ async def test_a_walk_with_nothing_measured_again_exports_no_reruns(tmp_path: Pa
 
 
 async def test_the_demo_spec_carries_its_playbook() -> None:
-    from fieldguide.tui.demo import demo_spec
+    from fieldguide.frontends.tui.demo import demo_spec
 
     spec = demo_spec()
     assert spec.demo and spec.playbook == "slow-training"  # the playbook the demo workload declares

@@ -13,11 +13,11 @@ from textual.pilot import Pilot
 from tui_helpers import FakeScanner, wait_for
 from tui_replay import replay_factory
 
-from fieldguide.tui.app import FieldguideApp, make_app
-from fieldguide.tui.dialogs.export import ConfirmOverwrite, ExportDialog
-from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.screens.help import HelpScreen
-from fieldguide.tui.screens.walk import WalkScreen
+from fieldguide.frontends.tui.app import FieldguideApp, make_app
+from fieldguide.frontends.tui.dialogs.export import ConfirmOverwrite, ExportDialog
+from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.screens.help import HelpScreen
+from fieldguide.frontends.tui.screens.walk import WalkScreen
 
 NARROW, WIDE = (80, 24), (140, 40)
 SIZES = pytest.mark.parametrize("size", [NARROW, WIDE], ids=["80x24", "140x40"])

@@ -11,9 +11,9 @@ import pytest
 from textual.app import App, ComposeResult
 from tui_helpers import wait_for
 
-from fieldguide.tui.app import make_app
-from fieldguide.tui.screens.departure import DepartureScreen
-from fieldguide.tui.widgets.tryfix import TryFixPanel, arm_lines
+from fieldguide.frontends.tui.app import make_app
+from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.widgets.tryfix import TryFixPanel, arm_lines
 
 pytestmark = pytest.mark.integration
 

@@ -11,14 +11,9 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.widgets import Input
 
-from fieldguide.engine import NodeResult
-from fieldguide.measurement import Measurement
-from fieldguide.playbook import find_playbook
-from fieldguide.probes import registry
-from fieldguide.probes.base import Probe, ProbeContext
-from fieldguide.stats import median
-from fieldguide.tui.driver import EXPORT_SUFFIXES
-from fieldguide.tui.model import (
+from fieldguide.analysis.stats import median
+from fieldguide.frontends.tui.driver import EXPORT_SUFFIXES
+from fieldguide.frontends.tui.model import (
     bar,
     declared,
     measured_vs_expected,
@@ -27,9 +22,14 @@ from fieldguide.tui.model import (
     series_lines,
     sparkline,
 )
-from fieldguide.tui.readings import ReadingPump
-from fieldguide.tui.widgets.inputs import OrderedInput
-from fieldguide.tui.widgets.live import LiveReadings
+from fieldguide.frontends.tui.readings import ReadingPump
+from fieldguide.frontends.tui.widgets.inputs import OrderedInput
+from fieldguide.frontends.tui.widgets.live import LiveReadings
+from fieldguide.measurement import Measurement
+from fieldguide.playbook import find_playbook
+from fieldguide.probes import registry
+from fieldguide.probes.base import Probe, ProbeContext
+from fieldguide.walk.engine import NodeResult
 
 
 def flatten(items, depth=0):
@@ -141,7 +141,7 @@ async def test_ordered_input_keeps_editing_keys_in_order_with_text(cls: type[Inp
 
 
 def test_short_command_keeps_the_program_and_the_script_names() -> None:
-    from fieldguide.tui.procscan import short_command
+    from fieldguide.frontends.tui.procscan import short_command
 
     assert short_command("/work/main/.venv/bin/python /work/main/src/fieldguide/workloads/loader_remote_reads.py "
                          "--lr 3e-4") == "python …/loader_remote_reads.py --lr 3e-4"
@@ -224,9 +224,9 @@ def test_the_tui_names_no_playbook_and_no_probe_value() -> None:
     import re
     from pathlib import Path
 
-    import fieldguide.tui
+    import fieldguide.frontends.tui
 
-    root = Path(fieldguide.tui.__file__).parent
+    root = Path(fieldguide.frontends.tui.__file__).parent
     banned = re.compile(r"""["'](slow-training|step_ms|data_wait_ms|wait_ms|rss_mb|workers|producer|loop\.steps|"""
                         r"""process\.cpu|stacks\.sample)["']""")
     found = [f"{path.name}: {m.group(0)}" for path in root.rglob("*.py") for m in banned.finditer(path.read_text())]
@@ -234,7 +234,7 @@ def test_the_tui_names_no_playbook_and_no_probe_value() -> None:
 
 
 def test_parts_of_a_whole_are_bars_largest_first() -> None:
-    from fieldguide.tui.model import declared_parts, part_bars
+    from fieldguide.frontends.tui.model import declared_parts, part_bars
 
     names = declared_parts("memory.breakdown")
     assert "activations_share" in names and declared_parts("loop.steps") == ()

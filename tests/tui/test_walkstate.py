@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from fieldguide.engine import NodeResult
-from fieldguide.tui.walkstate import ADVANCE, OPEN, QUEUE, REPLACE, START, WALK, Request, WalkState
+from fieldguide.frontends.tui.walkstate import (
+    ADVANCE,
+    OPEN,
+    QUEUE,
+    REPLACE,
+    START,
+    WALK,
+    Request,
+    WalkState,
+)
+from fieldguide.walk.engine import NodeResult
 
 
 def result(node: str, status: str = "pass") -> NodeResult:

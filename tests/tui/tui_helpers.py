@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from textual.pilot import Pilot
 
-from fieldguide.tui.procscan import ProcInfo
+from fieldguide.frontends.tui.procscan import ProcInfo
 
 FAKE_PROCS = [
     ProcInfo(pid=31337, user="ada", cpu_percent=97.0, rss_mib=2140.5,

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fieldguide.engine import Walk
+from fieldguide.frontends.tui.driver import SessionFactory
+from fieldguide.frontends.tui.model import TargetSpec
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import Playbook
-from fieldguide.runner import ProbeRunner
-from fieldguide.session import Session
 from fieldguide.targets import Target
-from fieldguide.tui.driver import SessionFactory
-from fieldguide.tui.model import TargetSpec
+from fieldguide.walk.engine import Walk
+from fieldguide.walk.runner import ProbeRunner
+from fieldguide.walk.session import Session
 
 FIXTURE = Path(__file__).with_name("fixtures") / "demo_walk.json"
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from fg_fakes import LAUNCH, FakeMeasure, healthy_values
 
-from fieldguide.engine import Walk
 from fieldguide.playbook import Playbook, find_playbook
 from fieldguide.probes import registry
 from fieldguide.probes.base import Probe
+from fieldguide.walk.engine import Walk
 
 
 @pytest.fixture(scope="session")

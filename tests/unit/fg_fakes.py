@@ -74,7 +74,7 @@ class FakeMeasure:
 def record_contention(measurement: Any, reading: dict[str, Any]) -> None:
     """What the runner does to a measurement taken in a window with this contention `reading`
     (its margins widened, unless the probe weighed contention itself), without a target."""
-    from fieldguide.runner import ProbeRunner
+    from fieldguide.walk.runner import ProbeRunner
 
     class Window:
         def finish(self) -> dict[str, Any]:

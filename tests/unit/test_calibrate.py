@@ -15,7 +15,6 @@ from rich.console import Console
 from fieldguide.calibrate import cache, calibrate_command, command
 from fieldguide.calibrate.plot import render
 from fieldguide.calibrate.results import Calibration, Point, derive, plateau
-from fieldguide.engine import DEPART, PASS, Walk, judge
 from fieldguide.errors import FieldguideError
 from fieldguide.playbook import find_playbook
 from fieldguide.playbook.expect import (
@@ -24,6 +23,7 @@ from fieldguide.playbook.expect import (
     ExpectationSyntaxError,
     parse_expectation,
 )
+from fieldguide.walk.engine import DEPART, PASS, Walk, judge
 
 WAITING = {0: 29.0, 1: 28.5, 2: 58.0, 4: 116.0, 8: 230.0}
 CPU = {0: 28.0, 1: 27.5, 2: 55.0, 4: 56.0, 8: 52.0}

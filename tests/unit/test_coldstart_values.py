@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fieldguide.coldstart import SHARE_TITLES, steady_step, take_apart
-from fieldguide.engine import Walk
+from fieldguide.analysis.coldstart import SHARE_TITLES, steady_step, take_apart
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import find_playbook
+from fieldguide.walk.engine import Walk
 
 
 def steps(first: float, durations: list[float], start_at: int = 1) -> list[dict]:
@@ -136,7 +136,7 @@ def test_a_quick_start_is_clean_and_a_spread_one_says_no_part_dominates():
 def test_the_first_step_ends_at_the_first_boundary_of_the_kind_that_defines_steps():
     from types import SimpleNamespace
 
-    from fieldguide.coldstart import from_connection
+    from fieldguide.analysis.coldstart import from_connection
 
     streams = {("coldstart", "marks"): job(), ("compiled", "compiles"): [],
                # backward() counted first, then the optimizer's step (at 104.5) defined steps
@@ -155,7 +155,7 @@ def test_the_cold_start_of_a_connection_counts_the_compile_capabilitys_spans() -
     from types import SimpleNamespace
 
     from fieldguide.agent.channel import Stream
-    from fieldguide.coldstart import from_connection
+    from fieldguide.analysis.coldstart import from_connection
 
     streams: dict[tuple[str, str], Stream] = {}
 
@@ -170,7 +170,7 @@ def test_the_cold_start_of_a_connection_counts_the_compile_capabilitys_spans() -
 
 
 def test_the_seconds_spent_compiling_while_a_walk_waits_are_the_union_of_the_spans() -> None:
-    from fieldguide.coldstart import compile_spans, covered_seconds
+    from fieldguide.analysis.coldstart import compile_spans, covered_seconds
 
     def compiling_seconds(compiles: list[dict], start: float, end: float) -> float:
         return covered_seconds(compile_spans(compiles), start, end)

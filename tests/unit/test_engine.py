@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 from fg_fakes import ATTACH, LAUNCH, FakeMeasure, healthy_values
 
-from fieldguide.engine import (
+from fieldguide.measurement import Measurement
+from fieldguide.playbook import load_playbook, parse_expectation
+from fieldguide.playbook.schema import Edge, MeasureOption, Node
+from fieldguide.probes import register, registry
+from fieldguide.probes.base import Probe, ProbeContext
+from fieldguide.walk.engine import (
     CLEAN,
     DEPART,
     DEPARTURE,
@@ -18,12 +23,7 @@ from fieldguide.engine import (
     Walk,
     judge,
 )
-from fieldguide.measurement import Measurement
-from fieldguide.playbook import load_playbook, parse_expectation
-from fieldguide.playbook.schema import Edge, MeasureOption, Node
-from fieldguide.probes import register, registry
-from fieldguide.probes.base import Probe, ProbeContext
-from fieldguide.runner import ProbeRunner
+from fieldguide.walk.runner import ProbeRunner
 
 ALL_NODES = ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait", "host.blocking-io", "host.overhead"]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fieldguide.engine import CLEAN, DEPART, DEPARTURE, ERROR, INCONCLUSIVE, PASS, SKIP, Walk
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import load_playbook
 from fieldguide.playbook.schema import Playbook
+from fieldguide.walk.engine import CLEAN, DEPART, DEPARTURE, ERROR, INCONCLUSIVE, PASS, SKIP, Walk
 from tests.unit.fg_fakes import FakeMeasure
 
 RULES = """\

@@ -11,8 +11,8 @@ from nvml_fake import FakeGpu, fake_pynvml
 
 from fieldguide.agent.inside.capabilities.cuda import user_site
 from fieldguide.agent.inside.capabilities.opprofile import DeviceActivity
-from fieldguide.gpuwindow import job_devices, sample_window, summarize
-from fieldguide.nvml import GPM_METRICS, Nvml, NvmlUnavailable, nvml_devices, reason_names
+from fieldguide.host.gpuwindow import job_devices, sample_window, summarize
+from fieldguide.host.nvml import GPM_METRICS, Nvml, NvmlUnavailable, nvml_devices, reason_names
 from fieldguide.probes.cuda import step_times
 
 JOB = 4242

@@ -360,8 +360,8 @@ def test_list_playbooks_collects_every_problem_in_process(tmp_path, monkeypatch)
 async def test_the_tui_picker_shows_the_good_playbooks_beside_bad_files(tmp_path, monkeypatch):
     from textual.widgets import OptionList
 
-    from fieldguide.tui.app import make_app
-    from fieldguide.tui.screens.picker import PlaybookPicker
+    from fieldguide.frontends.tui.app import make_app
+    from fieldguide.frontends.tui.screens.picker import PlaybookPicker
 
     d, bad = hostile_dir(tmp_path)
     monkeypatch.setenv("FIELDGUIDE_PLAYBOOKS", str(d))

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import fieldguide.headless as headless
+import fieldguide.frontends.headless as headless
 import fieldguide.safewrite as safewrite
-import fieldguide.session as session_module
-from fieldguide.cli import main as cli_main
+import fieldguide.walk.session as session_module
 from fieldguide.errors import FieldguideError
+from fieldguide.frontends.cli import main as cli_main
 from fieldguide.report import Findings, load_report, render, to_html, to_markdown
 from fieldguide.report.findings import environment_from, findings_from_walk
 from fieldguide.report.mdtext import md_code, md_fence, md_text
@@ -351,7 +351,7 @@ def test_the_walk_says_a_full_disk_in_one_line(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_the_tui_names_a_launched_target_with_its_secrets_redacted() -> None:
-    from fieldguide.tui.model import TargetSpec
+    from fieldguide.frontends.tui.model import TargetSpec
 
     spec = TargetSpec(pid=None, cmd=["python", "train.py", "--api-key", "s3cr3tvalue", "--db=redis://:pw@h:6379"])
     shown = spec.describe()

@@ -8,8 +8,8 @@ import sys
 
 CHECK = """
 import json, sys
-import fieldguide.cli, fieldguide.engine, fieldguide.playbook, fieldguide.report, fieldguide.report.summary
-import fieldguide.session
+import fieldguide.frontends.cli, fieldguide.walk.engine, fieldguide.playbook, fieldguide.report, fieldguide.report.summary
+import fieldguide.walk.session
 from fieldguide.probes import registry
 registry.ids()  # imports every built-in probe module
 from fieldguide.playbook import find_playbook

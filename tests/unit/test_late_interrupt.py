@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-import fieldguide.headless as headless
-import fieldguide.session as session_module
-from fieldguide.cli import _Interrupts
+import fieldguide.frontends.headless as headless
+import fieldguide.walk.session as session_module
+from fieldguide.frontends.cli import _Interrupts
 from fieldguide.report.findings import environment_from, findings_from_walk
 
 

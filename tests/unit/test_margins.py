@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from fg_fakes import healthy_values, record_contention
 
-from fieldguide.engine import CLEAN, DEPARTURE, INCONCLUSIVE, PASS, SKIP, Walk
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import parse_expectation
 from fieldguide.probes import registry
 from fieldguide.probes.contention import ContentionWindow, margin_factor, oversubscribed
 from fieldguide.probes.stacks import sample_margins
 from fieldguide.probes.uncertainty import events_margin, ratio_margin, share_margin
+from fieldguide.walk.engine import CLEAN, DEPARTURE, INCONCLUSIVE, PASS, SKIP, Walk
 
 
 class WindowedMeasure:
@@ -93,8 +93,8 @@ def test_a_reading_that_stays_too_close_is_not_judged_and_the_walk_is_not_clean(
 
 
 def test_a_probe_without_a_window_is_not_measured_again():
-    from fieldguide.engine import judge
     from fieldguide.playbook.schema import Edge, MeasureOption, Node
+    from fieldguide.walk.engine import judge
 
     option = MeasureOption(probe="torch.flags", params={}, expect=parse_expectation({"num_threads": {"below": 5}}))
     node = Node(id="n", question="?", why="", measure=(option,), on_pass=Edge("leaf", "ok"),
@@ -216,7 +216,7 @@ def test_a_sampler_is_lowered_below_the_job(tmp_path):
     import subprocess
     import sys
 
-    from fieldguide.samplers import SAMPLER_NICE, lower_priority
+    from fieldguide.host.samplers import SAMPLER_NICE, lower_priority
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:

@@ -313,8 +313,8 @@ def test_a_leak_starved_for_part_of_its_window_reads_zero_but_with_a_margin_past
 
 
 def test_the_engine_measures_a_zero_growth_with_a_wide_margin_again() -> None:
-    from fieldguide.engine import Walk
     from fieldguide.measurement import Measurement
+    from fieldguide.walk.engine import Walk
 
     playbook = find_playbook("oom")
     windows = []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from fieldguide.host.watchdog import OWNER_FILE, claim, marked_processes, sweep_leftovers
 from fieldguide.targets import LaunchTarget
-from fieldguide.watchdog import OWNER_FILE, claim, marked_processes, sweep_leftovers
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads processes from /proc")
 

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from fieldguide.access import CAP_SYS_PTRACE, classify_py_spy_failure, ptrace_denial
+from fieldguide.analysis.stats import median, quantile
 from fieldguide.errors import BadInput
+from fieldguide.host.access import CAP_SYS_PTRACE, classify_py_spy_failure, ptrace_denial
 from fieldguide.measurement import Measurement
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.env import parse_torch_version_file
 from fieldguide.probes.gpu import NvmlUnavailable, describe_device, nvml_devices
 from fieldguide.probes.loop import LoopSteps, loop_values
 from fieldguide.probes.process import interval_cores, process_values
-from fieldguide.stats import median, quantile
 
 # --- stats ---------------------------------------------------------------------------------------------
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fieldguide.engine import Walk
+from fieldguide.analysis.ranks import RankStats, collective_fraction, compare
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import find_playbook
-from fieldguide.ranks import RankStats, collective_fraction, compare
+from fieldguide.walk.engine import Walk
 
 
 def rank(r: int, step_ms: float | None, wait: float, data: float = 0.0, cpu: float | None = None) -> RankStats:
@@ -126,7 +126,7 @@ def test_a_launchers_ranks_are_found_by_their_environment(tmp_path):
     import sys
     import time
 
-    from fieldguide.rankfinder import sibling_ranks
+    from fieldguide.host.rankfinder import sibling_ranks
 
     # A launcher with two ranks of one job and a process of another job (a second torchrun).
     launcher = tmp_path / "launcher.py"
@@ -171,7 +171,7 @@ def test_a_rank_0_that_started_the_other_ranks_itself_is_found(tmp_path):
     import time
 
     from fieldguide.agent.inside.capabilities.collectives import global_rank
-    from fieldguide.rankfinder import sibling_ranks
+    from fieldguide.host.rankfinder import sibling_ranks
 
     script = tmp_path / "fit.py"
     script.write_text(
@@ -241,7 +241,7 @@ def test_a_rank_that_waits_for_a_cpu_says_so_in_its_verdict() -> None:
 # --- margins: a healthy job's readings that wobble past a threshold are measured again --------------
 
 def test_rank_margins_add_each_ranks_wait_margin_in_quadrature():
-    from fieldguide.ranks import compare_margins
+    from fieldguide.analysis.ranks import compare_margins
 
     ranks = [RankStats(rank=0, pid=1, host="h", steps=0, step_ms=None, data_wait=0.0, collective_wait=0.20,
                        wait_margin=0.06),

@@ -452,7 +452,7 @@ def test_environment_variables_come_from_the_target_and_are_redacted():
 # --- reruns, exit, and one vocabulary and fix-step renderer for every view ------------------------------
 
 def rerun_result(node: str = "input.data-wait", status: str = "pass", fraction: float = 0.02):
-    from fieldguide.engine import NodeResult
+    from fieldguide.walk.engine import NodeResult
 
     m = Measurement("loop.steps", values={"data_wait_fraction": fraction}, units={"data_wait_fraction": "fraction"})
     return NodeResult(node=node, status=status, measured={"data_wait_fraction": fraction},

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fieldguide.cli import main
+from fieldguide.frontends.cli import main
 from fieldguide.report.merge import expand_report_path, merge_command
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from fieldguide.coldstart import SHARE_TITLES, take_apart
+from fieldguide.analysis.coldstart import SHARE_TITLES, take_apart
 from fieldguide.report import Findings, to_markdown
 from fieldguide.report.drawing import COLOURS
 from fieldguide.report.summary import summary_panel

@@ -101,7 +101,7 @@ def test_the_compile_trace_folder_is_never_one_someone_else_made(tmp_path: Path)
 def test_launch_env_puts_the_trace_in_a_private_folder_beside_the_report(tmp_path: Path, monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from fieldguide.session import launch_env
+    from fieldguide.walk.session import launch_env
 
     monkeypatch.delenv("TORCH_TRACE", raising=False)
     (tmp_path / "r-torch-trace").symlink_to(tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fieldguide import samplers
+from fieldguide.host import samplers
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}:\n    pass\n"
 

@@ -56,7 +56,7 @@ def fake_spy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     spy.write_text(FAKE_SPY.format(python=sys.executable, main=os.getpid()))
     spy.chmod(0o755)
     monkeypatch.setenv("FAKE_SPY_DIR", str(record))
-    monkeypatch.setattr("fieldguide.access.py_spy_path", lambda: str(spy))
+    monkeypatch.setattr("fieldguide.host.access.py_spy_path", lambda: str(spy))
     return record
 
 

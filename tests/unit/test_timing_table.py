@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from fieldguide.timing import (
+from fieldguide.experiments.timing import (
     Timing,
     device_window,
     first_forward,

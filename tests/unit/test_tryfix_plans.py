@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from fieldguide.agent.inside.capabilities.overrides import parse_overrides
-from fieldguide.experiment import Arms, Turn
+from fieldguide.experiments.experiment import Arms, Turn
+from fieldguide.experiments.tryfix import plan, verdict
 from fieldguide.playbook import find_playbook
 from fieldguide.report.findings import Findings
 from fieldguide.report.render import to_markdown
-from fieldguide.tryfix import plan, verdict
 
 
 def causes() -> dict:
@@ -135,7 +135,7 @@ def test_turns_are_sized_from_steps_that_ran_alone() -> None:
     turns: A's steps before the relaunch (35 ms) and the relaunch's fastest quarter do."""
     from types import SimpleNamespace
 
-    from fieldguide.experiment import TurnExperiment
+    from fieldguide.experiments.experiment import TurnExperiment
 
     def arm(rows: list[tuple[float, float]]) -> SimpleNamespace:
         conn = SimpleNamespace(steps=[[t, wall] for t, wall in rows])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fieldguide.engine import CLEAN, DEPART, INCONCLUSIVE, PASS, SKIP, Walk
 from fieldguide.measurement import Measurement
 from fieldguide.playbook import parse_expectation
 from fieldguide.playbook.schema import Cause, Edge, MeasureOption, Node, Playbook
-from fieldguide.runner import ProbeRunner
+from fieldguide.walk.engine import CLEAN, DEPART, INCONCLUSIVE, PASS, SKIP, Walk
+from fieldguide.walk.runner import ProbeRunner
 
 CAUSE = Cause(id="input.waiting", title="waits", summary="{x}", why="why", fix=("fix",), verify="verify")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fieldguide.coldstart import SHARE_TITLES, STEADY_WINDOW, from_connection
+from fieldguide.analysis.coldstart import SHARE_TITLES, STEADY_WINDOW, from_connection
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fieldguide.agent.inside.rows import StepRow
+from fieldguide.analysis.stats import median
 from fieldguide.probes.stack_categories import is_agent_file
-from fieldguide.stats import median
 
 RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<fn>.+)_at_(?P<line>\d+)$")
 LIMIT_MARKS = ("recompile limit", "cache_size_limit", "cache size limit")

@@ -25,7 +25,7 @@ class CompileSpeed(Probe):
     series = {"compiled_ms": "ms", "eager_ms": "ms"}
 
     def run(self, ctx: ProbeContext, rounds: int = 5, window: float = 2.0) -> Measurement:
-        from fieldguide.experiment import ABExperiment, ExperimentFailed
+        from fieldguide.experiments.experiment import ABExperiment, ExperimentFailed
         from fieldguide.targets import LaunchTarget
 
         started = time.monotonic()

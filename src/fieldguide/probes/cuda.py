@@ -7,12 +7,12 @@ import time
 from typing import Any
 
 from fieldguide.agent.channel import AgentReply
+from fieldguide.analysis.stats import median, quantile
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import NEEDS_AGENT, NEEDS_GPU, NEEDS_PROCESS, ProbeContext
-from fieldguide.stats import median, quantile
 
 NO_CUDA = "has not initialised CUDA"
 WARMUP_STEPS = 2

@@ -16,12 +16,18 @@ import threading
 import time
 from typing import Any
 
+from fieldguide.analysis.ranks import (
+    RankStats,
+    collective_fraction,
+    compare,
+    compare_margins,
+    step_waits,
+)
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 from fieldguide.probes.uncertainty import ratio_margin, share_margin
-from fieldguide.ranks import RankStats, collective_fraction, compare, compare_margins, step_waits
 
 # Each rank sampled twice (idle and on-CPU): 80 samples each in 4 s. At 10 Hz one rank's share of
 # the wait moved by up to 0.15 between windows; non-blocking py-spy at 20 Hz costs a job nothing measurable.
@@ -53,7 +59,7 @@ class RankComparison(Probe):
         agent = getattr(ctx.target, "agent", None)
         if agent is not None:
             return self._from_agents(ctx, agent, seconds)
-        from fieldguide.rankfinder import sibling_ranks
+        from fieldguide.host.rankfinder import sibling_ranks
 
         pid = ctx.target.pid
         if pid is None:
@@ -172,7 +178,7 @@ class RankComparison(Probe):
         a sampler's CPU: 0.04 against 0.08-0.09 CPU-s over 4 s at 20 Hz). Not through their launcher: `--subprocesses` there samples
         the launcher too, and cost 4x one rank's sampler (0.23 against 0.06 CPU-s over 5 s at
         20 Hz, two ranks): on a node whose cores the ranks fill, that CPU is the job's."""
-        from fieldguide.access import py_spy_path
+        from fieldguide.host.access import py_spy_path
         from fieldguide.probes.stacks import read_samples, record_stacks, stack_values
 
         spy = py_spy_path()

@@ -11,8 +11,8 @@ from typing import Any
 
 import psutil
 
+from fieldguide.host.nvml import NvmlUnavailable, nvml_devices
 from fieldguide.measurement import Measurement
-from fieldguide.nvml import NvmlUnavailable, nvml_devices
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import Probe, ProbeContext

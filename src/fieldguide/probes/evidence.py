@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypedDict, TypeVar
 
-from fieldguide.coldstart import ColdStart
-from fieldguide.ranks import RankRow
+from fieldguide.analysis.coldstart import ColdStart
+from fieldguide.analysis.ranks import RankRow
 
 T = TypeVar("T")
 __all__ = ["ColdStart", "RankRow"]  # declared beside what makes them; named here with the other kinds

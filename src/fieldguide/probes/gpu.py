@@ -1,12 +1,12 @@
-"""GPUs through NVML (fieldguide.nvml): the devices now, and a window of samples on the job's GPUs."""
+"""GPUs through NVML (fieldguide.host.nvml): the devices now, and a window of samples on the job's GPUs."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from fieldguide.host.nvml import Nvml, NvmlUnavailable, nvml_devices
 from fieldguide.measurement import Measurement
-from fieldguide.nvml import Nvml, NvmlUnavailable, nvml_devices
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_GPU, Probe, ProbeContext
@@ -74,7 +74,7 @@ class GpuWindow(Probe):
     }
 
     def run(self, ctx: ProbeContext, seconds: float = 4.0) -> Measurement:
-        from fieldguide.gpuwindow import job_devices, sample_window, summarize
+        from fieldguide.host.gpuwindow import job_devices, sample_window, summarize
 
         started = time.monotonic()
         pids, visible = job_processes(ctx.target.pid)

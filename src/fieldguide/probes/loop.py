@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fieldguide.agent.inside.rows import StepRow
+from fieldguide.analysis.stats import median, quantile
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
@@ -19,7 +20,6 @@ from fieldguide.probes.contention import main_thread_times, off_cpu_shares
 from fieldguide.probes.input_stacks import InputStacks, input_stacks
 from fieldguide.probes.step_cycle import user_frame
 from fieldguide.probes.uncertainty import events_margin, ratio_margin, share_margin
-from fieldguide.stats import median, quantile
 
 BOUNDARY_NAMES = {"o": "optimizer.step", "k": "backward()", "b": "DataLoader batch"}
 INPUT_SAMPLE_HZ = 50  # the agent's input-phase stack sampling; each sample costs the job ~30 us

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from fieldguide.agent.inside.rows import MemoryRow, RssRow
+from fieldguide.analysis.stats import median
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
@@ -15,7 +16,6 @@ from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.loop import Background, step_rows
 from fieldguide.probes.memory_math import MB, growth, mb, shares, sustained_rate, tightest
-from fieldguide.stats import median
 
 MIN_WINDOW_STEPS = 40  # a window long enough to see a per-step leak under allocator noise
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fieldguide.stats import median
+from fieldguide.analysis.stats import median
 
 MB = 2**20
 MIN_R2 = 0.5  # growth that a line explains less well than this is noise, not a trend

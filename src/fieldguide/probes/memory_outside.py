@@ -137,7 +137,7 @@ class GpuSampler:
     """The job's GPU memory per NVML, once a second; silent (and says why) without NVML."""
 
     def __init__(self, pid: int, module: Any | None = None) -> None:
-        from fieldguide.nvml import Nvml, NvmlUnavailable
+        from fieldguide.host.nvml import Nvml, NvmlUnavailable
 
         self.pid = pid
         self.ts: list[float] = []
@@ -242,7 +242,7 @@ class MemoryGpuOthers(Probe):
               "other_processes": "", "others": ""}
 
     def run(self, ctx: ProbeContext) -> Measurement:
-        from fieldguide.nvml import NvmlUnavailable, nvml_devices
+        from fieldguide.host.nvml import NvmlUnavailable, nvml_devices
 
         started = time.monotonic()
         pid = ctx.target.pid

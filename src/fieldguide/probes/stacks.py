@@ -23,6 +23,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from fieldguide.host.samplers import lower_priority, reap
+from fieldguide.host.samplers import stop as stop_samplers
+from fieldguide.host.watchdog import claim
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
@@ -54,9 +57,6 @@ from fieldguide.probes.stack_categories import (
 )
 from fieldguide.probes.step_cycle import input_call, input_samples
 from fieldguide.probes.uncertainty import share_margin
-from fieldguide.samplers import lower_priority, reap
-from fieldguide.samplers import stop as stop_samplers
-from fieldguide.watchdog import claim
 
 _PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")
 _PROCESS = re.compile(r'process (\d+):"')
@@ -475,7 +475,7 @@ class StackSample(Probe):
     }
 
     def run(self, ctx: ProbeContext, seconds: float = 6.0, rate: int = 20) -> Measurement:
-        from fieldguide.access import classify_py_spy_failure, py_spy_path
+        from fieldguide.host.access import classify_py_spy_failure, py_spy_path
 
         spy = py_spy_path()
         if spy is None:

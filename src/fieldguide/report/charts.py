@@ -15,7 +15,7 @@ from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from fieldguide.agent.inside.rows import MemoryRow, RssRow
-from fieldguide.coldstart import Phase
+from fieldguide.analysis.coldstart import Phase
 from fieldguide.probes.evidence import ROWS, RSS
 from fieldguide.report.drawing import COLOURS, fmt, number
 from fieldguide.report.timeline import timed_phases, timeline_title

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fieldguide.coldstart import SHARE_TITLES
+from fieldguide.analysis.coldstart import SHARE_TITLES
 from fieldguide.measurement import format_value
 from fieldguide.probes import evidence as ev
 from fieldguide.report.findings import Findings

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from fieldguide import __version__
-from fieldguide.engine import DEPARTURE, Walk
 from fieldguide.errors import FieldguideError
 from fieldguide.measurement import format_value
 from fieldguide.probes import evidence as ev
 from fieldguide.probes.evidence import ColdStart, EvidenceKind, RankRow, StackShare
 from fieldguide.report.redact import redact_argv, redact_env, redact_text, redact_tree
 from fieldguide.report.vocabulary import ACTIONS, VERDICTS
+from fieldguide.walk.engine import DEPARTURE, Walk
 
 if TYPE_CHECKING:
-    from fieldguide.engine import NodeResult
+    from fieldguide.walk.engine import NodeResult
 
 T = TypeVar("T")
 
@@ -111,8 +111,8 @@ class Findings:
     each a dict of node, action, status, measured, expected, note, probe, seconds and when.
     `exit`: how a target that ended during the walk ended (see `exit_text`), or None.
     `experiments`: fixes tried by relaunching the job (`--try-fix`), each with what changed, how,
-    and every arm's median step with its spread (see fieldguide/tryfix.py).
-    `cold_start`: a launched job's start taken apart (fieldguide/coldstart.py): `phases`, each
+    and every arm's median step with its spread (see fieldguide/experiments/tryfix.py).
+    `cold_start`: a launched job's start taken apart (fieldguide/analysis/coldstart.py): `phases`, each
     {phase, title, start_s, seconds} from the process start on, consecutive, and `total_s`, the
     wall time to steady state; `steady_step` the step from which steps stay within 10% of the median.
     `ranks`: per rank of a multi-rank job: rank, pid, host, step_ms, data_wait, collective_wait, verdict.

@@ -2,7 +2,7 @@
 its own ranks) as one view: every node and every rank side by side, the rank whose own work sets
 the pace across the whole job, and one verdict naming each cause with where it was found.
 
-A rank's step splits into its own work and its wait in collectives (fieldguide/ranks.py): a
+A rank's step splits into its own work and its wait in collectives (fieldguide/analysis/ranks.py): a
 node whose ranks all wait may be waiting for a rank on another node, which only the merged view
 sees. Pure apart from reading the reports and writing the result.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from fieldguide import __version__
+from fieldguide.analysis.ranks import pace
 from fieldguide.errors import FieldguideError
-from fieldguide.ranks import pace
 from fieldguide.report.findings import Findings, load_report, utc_now
 from fieldguide.report.formats import format_module
 from fieldguide.report.section_types import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fieldguide.coldstart import ColdStart
+from fieldguide.analysis.coldstart import ColdStart
 
 
 @dataclass(frozen=True)

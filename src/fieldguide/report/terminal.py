@@ -9,7 +9,7 @@ from rich.markdown import Markdown
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from fieldguide.coldstart import ColdStart
+from fieldguide.analysis.coldstart import ColdStart
 from fieldguide.report.fixsteps import steps_markdown
 from fieldguide.report.section_types import (
     Bullets,

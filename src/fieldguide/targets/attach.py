@@ -9,15 +9,15 @@ from typing import Any
 
 import psutil
 
-from fieldguide import samplers
-from fieldguide.access import (
+from fieldguide.errors import BadInput
+from fieldguide.host import samplers
+from fieldguide.host.access import (
     PTRACE_ERROR_MARKS,
     classify_py_spy_failure,
     looks_like_python,
     ptrace_denial,
     py_spy_path,
 )
-from fieldguide.errors import BadInput
 from fieldguide.targets.base import Target
 
 
@@ -64,7 +64,7 @@ class AttachTarget(Target):
     def _walk_a_rank(self) -> None:
         """A launcher (torchrun, srun's step) does not train: its ranks do. The walk measures its
         lowest rank, and the dist nodes compare every rank."""
-        from fieldguide.rankfinder import sibling_ranks
+        from fieldguide.host.rankfinder import sibling_ranks
 
         try:
             if "RANK" in self.proc.environ():

@@ -11,7 +11,7 @@ from fieldguide.agent.channel import AgentServer
 @functools.lru_cache(maxsize=1)
 def gpu_present() -> bool:
     """Whether NVML sees a GPU on this machine (asked once: it does not change under a walk)."""
-    from fieldguide.nvml import NvmlUnavailable, nvml_devices
+    from fieldguide.host.nvml import NvmlUnavailable, nvml_devices
 
     try:
         return bool(nvml_devices())

@@ -23,9 +23,16 @@ from fieldguide.agent.bootstrap import write_bootstrap
 from fieldguide.agent.channel import AgentConnection, AgentServer
 from fieldguide.agent.inside.capabilities.overrides import override_problems
 from fieldguide.errors import BadInput, TargetFailed
+from fieldguide.host.watchdog import (
+    OWNER_ENV,
+    Watchdog,
+    claim,
+    end_marked,
+    new_token,
+    sweep_leftovers,
+)
 from fieldguide.targets.base import Target
 from fieldguide.targets.signals import ending_signals_held
-from fieldguide.watchdog import OWNER_ENV, Watchdog, claim, end_marked, new_token, sweep_leftovers
 
 LOG_LINES_KEPT = 400
 

@@ -1,0 +1,1 @@
+"""Pure readings of recorded data (no I/O): robust statistics, the cold start taken apart, the ranks compared."""

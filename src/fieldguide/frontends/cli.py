@@ -1,0 +1,336 @@
+"""The command line. Imports nothing heavy: torch, textual, pynvml and psutil load only where used."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from fieldguide import __version__
+from fieldguide.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, FieldguideError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line and exit 2, as for any bad input
+        self.exit(EXIT_BAD_INPUT, f"fieldguide: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fieldguide", description=(
+        "A field guide for slow PyTorch training jobs: walks a diagnostic playbook, measuring the real job "
+        "at every node, and stops at the first place where measurement departs from expectation."),
+        epilog="With no command, opens the TUI (target picker). `fieldguide -- CMD` or `--pid N` opens it on a target.")
+    parser.add_argument("--version", action="version", version=f"fieldguide {__version__}")
+    parser.add_argument("--pid", type=int, help="(TUI) attach to a running process")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    demo = sub.add_parser("demo", help="slow-training on a bundled faulty workload (TUI, or headless with --no-tui)")
+    demo.add_argument("--no-tui", action="store_true", help="walk headlessly and print a summary")
+    demo.add_argument("--report", type=Path, help="write the findings report here")
+    demo.add_argument("--format", choices=("json", "md", "html"))
+    demo.add_argument("--budget", type=float)
+
+    diag = sub.add_parser("diagnose", help="walk a playbook against a pid or a launched command",
+                          usage="fieldguide diagnose --playbook ID (--pid PID | -- CMD [ARGS...] | --local) [--report PATH] "
+                                "[--format json|md|html] [--budget SECONDS] [--no-tui]")
+    diag.add_argument("--playbook", required=True, help="playbook id (see `fieldguide playbooks`) or a .yaml path")
+    diag.add_argument("--pid", type=int, help="attach to this running process (never stopped or killed)")
+    diag.add_argument("--local", action="store_true", help="no process: only machine-level probes (GPUs)")
+    diag.add_argument("--report", type=Path, help="write the findings report here")
+    diag.add_argument("--format", choices=("json", "md", "html"), help="report format (default: from the suffix)")
+    diag.add_argument("--budget", type=float, help="most seconds of measurement (default 45)")
+    diag.add_argument("--no-tui", action="store_true", help="walk headlessly even on a terminal")
+    diag.add_argument("--show-output", action="store_true", help="pass the launched command's output through (stderr)")
+    diag.add_argument("--try-fix", action="store_true",
+                      help="after a departure, relaunch the command with the cause's fix applied and time both "
+                           "(launch mode)")
+
+    sub.add_parser("playbooks", help="list installed playbooks with their one-line purpose")
+
+    rep = sub.add_parser("report", help="render a saved JSON report, or merge several (`report merge A.json B.json ...`)",
+                         usage="fieldguide report PATH.json [--format md|html|json] [-o PATH] | "
+                               "fieldguide report merge A.json B.json ... [--format json|md|html] [-o PATH]")
+    rep.add_argument("path", type=Path, help="a JSON report, or the word `merge` followed by reports")
+    rep.add_argument("more", type=Path, nargs="*", help=argparse.SUPPRESS)
+    rep.add_argument("--format", choices=("md", "html", "json"), default="md")
+    rep.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+
+    cal = sub.add_parser("calibrate", help="measure this machine once (cached); expectations may refer to it")
+    cal.add_argument("--force", action="store_true", help="measure again even if a calibration is cached")
+    cal.add_argument("--show", action="store_true", help="print the cached calibration without measuring")
+    cal.add_argument("--json", action="store_true", help="print the calibration as JSON")
+
+    timing = sub.add_parser("timing", help="honest timing on your own loop: naive timers vs synchronized medians",
+                            usage="fieldguide timing [--steps N] -- CMD [ARGS...]")
+    timing.add_argument("--steps", type=int, default=400, help="steps to time (default 400)")
+    timing.add_argument("--timeout", type=float, default=120.0, help="most seconds to wait for the steps")
+
+    explain = sub.add_parser("explain", help="print the field-guide page of a cause id, or what a healthy leaf means")
+    explain.add_argument("cause", metavar="ID", help="a cause id (input.cpu_bound) or a healthy leaf (device.compute_bound)")
+    return parser
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
+
+
+class _Interrupts:
+    """SIGTERM / SIGHUP (a closed SSH or tmux pane) end a walk like Ctrl-C. The first of any of
+    them interrupts; the ones after it wait: the launched job is being ended and the report
+    written, and cutting that short would leave the job running."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.count += 1
+        if self.count == 1:
+            raise KeyboardInterrupt(_signal_name(signum))  # what ended the walk, for its report
+        sys.stderr.write("fieldguide: ending the launched job and writing the report; a moment\n")
+
+    def walk_over(self) -> None:
+        """The walk has ended: from now on a signal waits for the job's end and the report
+        (one that raised while the job was being ended lost the summary and the report)."""
+        self.count = max(self.count, 1)
+
+
+_interrupt = _Interrupts()
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)  # so that a launched job is ended and the report written
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, cmd = split_command(argv)
+    args = build_parser().parse_args(own)
+    try:
+        return _dispatch(args, cmd)
+    except FieldguideError as err:
+        print(f"fieldguide: {err}", file=sys.stderr)
+        for line in err.detail:
+            print(f"  | {line}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
+    if args.command == "playbooks":
+        return _list_playbooks()
+    if args.command == "report":
+        if str(args.path) == "merge":
+            from fieldguide.report.merge import merge_command
+            return merge_command(args.more, args.format, args.output)
+        if args.more:
+            raise FieldguideError("report takes one JSON report; to combine several use `fieldguide report merge A.json B.json ...`")
+        return _render_saved(args)
+    if args.command == "calibrate":
+        from fieldguide.calibrate import calibrate_command
+        return calibrate_command(force=args.force, show=args.show, as_json=args.json)
+    if args.command == "timing":
+        if not cmd:
+            raise FieldguideError("timing needs a command to launch: fieldguide timing -- python train.py")
+        from fieldguide.experiments.timing import timing_command
+        return timing_command(cmd, steps=args.steps, timeout=args.timeout)
+    if args.command == "explain":
+        return _explain(args.cause)
+    if args.command == "demo":
+        command = demo_command()  # before anything starts: no torch is one line, not a traceback
+        if args.no_tui or not on_terminal() or args.report or args.budget:
+            return _diagnose_headless("slow-training", None, command, args.report, args.format,
+                                      args.budget, show_output=False)
+        return _tui(None, command, "slow-training", demo=True)
+    if args.command == "diagnose":
+        if sum((args.pid is not None, bool(cmd), args.local)) != 1:
+            raise FieldguideError("diagnose needs exactly one target: --pid PID, -- CMD [ARGS...] or --local")
+        # Asking for a report file, a budget or the job's output means a headless run (the TUI
+        # exports from its own dialog).
+        # So does a stdin or stdout that is not a terminal (the TUI draws on one and reads keys from the other).
+        headless = (args.no_tui or not on_terminal() or args.report or args.budget or args.show_output
+                    or args.local or args.try_fix)
+        if args.try_fix and not cmd:
+            raise FieldguideError("--try-fix relaunches the job: it needs a launched command (-- CMD), not --pid")
+        if headless:
+            return _diagnose_headless(args.playbook, args.pid, cmd, args.report, args.format, args.budget,
+                                      show_output=args.show_output, try_fix=args.try_fix)
+        return _tui(args.pid, cmd, args.playbook)
+    if not on_terminal():  # the TUI would wait for keys that never come: say what to run instead
+        raise FieldguideError(tui_hint(args.pid, cmd))
+    return _tui(args.pid, cmd, None)
+
+
+def _isatty(stream: object) -> bool:
+    isatty = getattr(stream, "isatty", None)  # None where there is no console (pythonw, a daemon)
+    try:
+        return bool(isatty is not None and isatty())
+    except (ValueError, OSError):  # a closed stream
+        return False
+
+
+def on_terminal() -> bool:
+    """Whether the TUI can run here: it draws on stdout and reads keys from stdin, so both must be a terminal."""
+    return _isatty(sys.stdin) and _isatty(sys.stdout)
+
+
+def tui_hint(pid: int | None = None, cmd: list[str] | None = None) -> str:
+    """One line for a TUI asked for without a terminal: what to run instead."""
+    if pid is not None:
+        target = f"--pid {pid}"
+    elif cmd:
+        target = "-- CMD [ARGS...]"
+    else:
+        target = "(--pid PID | -- CMD [ARGS...])"
+    return (f"the TUI needs a terminal (stdin and stdout); use `fieldguide diagnose --playbook ID --no-tui {target}` "
+            "or `fieldguide playbooks`")
+
+
+DEMO_PYTHON_ENV = "FIELDGUIDE_DEMO_PYTHON"
+_HAS_TORCH = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"
+
+
+def demo_python() -> str:
+    """The interpreter that runs the demo's training job: $FIELDGUIDE_DEMO_PYTHON, else this one.
+
+    fieldguide itself never needs torch (the job's own interpreter does), so torch is an
+    extra; the demo job needs it. Checked without importing torch here."""
+    how = f"pip install 'fieldguide[demo]', or set {DEMO_PYTHON_ENV} to a Python that has torch"
+    chosen = os.environ.get(DEMO_PYTHON_ENV, "").strip()
+    if not chosen:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            raise FieldguideError(f"the demo trains a small torch model, and this Python ({sys.executable}) "
+                                  f"has no torch: {how}")
+        return sys.executable
+    import shutil
+    import subprocess
+
+    python = shutil.which(chosen) or chosen
+    try:
+        done = subprocess.run([python, "-c", _HAS_TORCH], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise FieldguideError(f"{DEMO_PYTHON_ENV}={chosen} cannot be run ({getattr(err, 'strerror', None) or err}): "
+                              f"{how}") from None
+    if done.returncode == 3:
+        raise FieldguideError(f"{DEMO_PYTHON_ENV}={chosen} has no torch: {how}")
+    if done.returncode != 0:
+        raise FieldguideError(f"{DEMO_PYTHON_ENV}={chosen} is not a working Python (exit {done.returncode}): {how}")
+    return python
+
+
+def demo_command() -> list[str]:
+    """The bundled faulty workload, run by demo_python()."""
+    from fieldguide import workloads
+
+    return [demo_python(), str(workloads.path(workloads.DEMO))]
+
+
+def _list_playbooks() -> int:
+    from fieldguide.playbook import list_playbooks
+
+    problems: list[str] = []
+    for playbook in list_playbooks(problems):
+        print(f"{playbook.id:<22} {playbook.purpose}")
+    for problem in problems:
+        print(f"fieldguide: skipped a malformed playbook: {problem}", file=sys.stderr)
+    return 0
+
+
+def _render_saved(args: argparse.Namespace) -> int:
+    from fieldguide.report import load_report, render
+
+    findings = load_report(args.path)  # anything that is not a report (a 100,000-deep JSON): one line
+    try:
+        text = render(findings, args.format)
+    except (KeyError, TypeError, ValueError) as err:
+        raise FieldguideError(f"{args.path} is not a complete fieldguide report ({type(err).__name__}: {err})") from None
+    if args.output:
+        from fieldguide.safewrite import write_text
+
+        try:
+            write_text(args.output, text)
+        except OSError as err:
+            raise FieldguideError(f"cannot write {args.output}: {err.strerror or err}") from None
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _explain(item_id: str) -> int:
+    """The field-guide page of a cause, or what a healthy leaf (a clean walk's conclusion) means."""
+    from fieldguide.playbook import list_playbooks, load_causes, playbook_dirs
+
+    causes = load_causes(playbook_dirs()[-1])
+    cause = causes.get(item_id)
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    if cause is not None:
+        from fieldguide.report.fixsteps import page_markdown  # the page as every report shows it
+
+        Console().print(Markdown(f"# {cause.id}: {cause.title}\n\n"
+                                 + page_markdown(cause.why, cause.fix, cause.verify, level=2)))
+        return 0
+    playbooks = list_playbooks([])  # a malformed playbook has no leaves to tell of (`playbooks` names it)
+    found = [(playbook, playbook.leaves[item_id]) for playbook in playbooks if item_id in playbook.leaves]
+    if not found:
+        leaves = sorted({leaf for playbook in playbooks for leaf in playbook.leaves})
+        raise FieldguideError(f"unknown cause or leaf {item_id!r}; causes: {', '.join(sorted(causes))}; "
+                              f"healthy leaves: {', '.join(leaves) or 'none'}")
+    pages = [f"# {item_id}: a healthy leaf\n"]
+    for playbook, text in found:
+        pages.append(f"## In the playbook {playbook.id} ({playbook.title})\n\n"
+                     f"A clean walk of {playbook.id} ends here: no cause was found.\n\n{text}\n")
+    Console().print(Markdown("\n".join(pages)))
+    return 0
+
+
+def _diagnose_headless(*args: Any, **kwargs: Any) -> int:
+    from fieldguide.frontends.headless import diagnose_headless
+
+    return diagnose_headless(*args, on_interrupt=_interrupt, **kwargs)
+
+
+def _tui(pid: int | None, cmd: list[str], playbook_id: str | None, demo: bool = False) -> int:
+    try:
+        from fieldguide.frontends.tui.app import run_app
+    except ImportError as err:
+        raise FieldguideError(f"the TUI is not available ({err}); use --no-tui") from None
+    return run_app(pid=pid, cmd=cmd or None, playbook_id=playbook_id, demo=demo)
+
+
+def run() -> NoReturn:
+    """`python -m fieldguide.frontends.cli`: main(), then flush and leave at once with its status.
+
+    os._exit is deliberate: a probe thread still inside a measurement (a py-spy window, an
+    agent request) when the walk is cancelled must not hold the process open for seconds
+    after the user asked to quit. os._exit skips the flush of Python's own buffers, so they
+    are flushed here first: otherwise `fieldguide playbooks | cat` (stdout a pipe, block
+    buffered) would print nothing."""
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`| head`) or a closed stream: nothing to keep
+            pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    run()
