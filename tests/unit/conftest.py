@@ -1,4 +1,5 @@
-"""Fixtures for the unit tests: the real slow-training playbook and walks over constructed measurements."""
+"""Fixtures for the unit tests: a small playbook of the tests' own and the real slow-training one, and
+walks over constructed measurements."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from fg_fakes import LAUNCH, FakeMeasure, healthy_values
+from fg_fakes import LAUNCH, SMALL_PLAYBOOK, FakeMeasure, healthy_values
 
-from fieldguide.playbook import Playbook, find_playbook
+from fieldguide.playbook import Playbook, find_playbook, load_playbook
 from fieldguide.probes import registry
 from fieldguide.probes.base import Probe
 from fieldguide.walk.engine import Walk
@@ -19,11 +20,14 @@ def slow_training() -> Playbook:
     return find_playbook("slow-training")
 
 
-@pytest.fixture
-def walk_with(slow_training: Playbook) -> Callable[..., tuple[Walk, FakeMeasure]]:
-    """walk_with(overrides, caps=LAUNCH) -> (finished walk, fake). `overrides` update healthy_values()
-    per probe (a dict merges into the probe's values; a Measurement replaces them)."""
+@pytest.fixture(scope="session")
+def small_playbook(tmp_path_factory: pytest.TempPathFactory) -> Playbook:
+    path = tmp_path_factory.mktemp("playbooks") / "small.yaml"
+    path.write_text(SMALL_PLAYBOOK, encoding="utf-8")
+    return load_playbook(path)
 
+
+def _walker(playbook: Playbook) -> Callable[..., tuple[Walk, FakeMeasure]]:
     def run(overrides: dict[str, Any] | None = None, caps: frozenset[str] = LAUNCH,
             base: dict[str, Any] | None = None) -> tuple[Walk, FakeMeasure]:
         values: dict[str, Any] = healthy_values() if base is None else base
@@ -33,11 +37,26 @@ def walk_with(slow_training: Playbook) -> Callable[..., tuple[Walk, FakeMeasure]
             else:
                 values[probe] = spec
         fake = FakeMeasure(values)
-        walk = Walk(slow_training, lambda: set(caps), fake)
+        walk = Walk(playbook, lambda: set(caps), fake)
         walk.run()
         return walk, fake
 
     return run
+
+
+@pytest.fixture
+def walk_with(slow_training: Playbook) -> Callable[..., tuple[Walk, FakeMeasure]]:
+    """walk_with(overrides, caps=LAUNCH) -> (finished walk, fake) over slow-training. `overrides`
+    update healthy_values() per probe (a dict merges into the probe's values; a Measurement
+    replaces them)."""
+    return _walker(slow_training)
+
+
+@pytest.fixture
+def small_walk_with(small_playbook: Playbook) -> Callable[..., tuple[Walk, FakeMeasure]]:
+    """walk_with over the small playbook (fg_fakes.SMALL_PLAYBOOK): for tests of what a walk's
+    findings become, not of what a shipped playbook asks."""
+    return _walker(small_playbook)
 
 
 @pytest.fixture

@@ -83,3 +83,60 @@ def record_contention(measurement: Any, reading: dict[str, Any]) -> None:
     runner = ProbeRunner.__new__(ProbeRunner)
     runner.windows = []
     runner._record_contention(measurement, Window())
+
+
+# A small playbook of its own for the report's and the views' tests: three questions in the shape
+# of a real walk (does it train, does it wait, is the wait CPU work), a refining node, a stop, a
+# healthy leaf. Adding a node to a shipped playbook touches none of the tests that use it.
+SMALL_PLAYBOOK = """\
+id: small
+title: A small walk
+purpose: Three questions in the shape of a real walk, for the report's tests.
+start: trains
+leaves:
+  device.compute_bound: Steps are spent computing.
+nodes:
+  - id: trains
+    question: Does it train?
+    why: No step, no cause.
+    measure:
+      - probe: training.activity
+        expect:
+          trains: {equals: true}
+    pass: waits
+    depart: {stop: "not a training job, so no cause: {seen}"}
+    error: {stop: "could not tell whether it trains, so no cause"}
+  - id: waits
+    question: Does each step wait for its next batch?
+    why: A wait is idle time.
+    measure:
+      - probe: loop.steps
+        expect:
+          data_wait_fraction: {below: 0.10}
+      - probe: stacks.sample
+        expect:
+          data_wait_fraction: {below: 0.10}
+    pass: blocks
+    depart: makes
+  - id: makes
+    question: Is making a batch CPU work?
+    why: The two starvations need opposite fixes.
+    measure:
+      - probe: loop.steps
+        expect:
+          producer_cpu_fraction: {below: 0.5}
+      - probe: stacks.sample
+        expect:
+          producer_cpu_fraction: {below: 0.5}
+    pass: {cause: input.waiting}
+    depart: {cause: input.cpu_bound}
+  - id: blocks
+    question: Does the step block on file I/O?
+    why: A write blocks the step.
+    measure:
+      - probe: stacks.sample
+        expect:
+          io_fraction: {below: 0.10}
+    pass: {leaf: device.compute_bound}
+    depart: {cause: host.blocking_io}
+"""

@@ -52,15 +52,15 @@ def env(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 @pytest.fixture
-def departure(walk_with, env) -> Findings:
-    walk, _ = walk_with({"loop.steps": {"data_wait_fraction": 0.8},
+def departure(small_walk_with, env) -> Findings:
+    walk, _ = small_walk_with({"loop.steps": {"data_wait_fraction": 0.8},
                          "stacks.sample": {"producer_cpu_fraction": 0.1}})
     return findings_from_walk(walk, TARGET, env, log_tail=LOG_TAIL)
 
 
 @pytest.fixture
-def clean(walk_with, env) -> Findings:
-    walk, _ = walk_with()
+def clean(small_walk_with, env) -> Findings:
+    walk, _ = small_walk_with()
     return findings_from_walk(walk, TARGET, env)
 
 
@@ -69,7 +69,7 @@ def check_contract(data: dict[str, Any]) -> None:
     assert data["fieldguide_version"] == __version__ == "0.1.0"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["created"])
     datetime.strptime(data["created"], "%Y-%m-%dT%H:%M:%SZ")
-    assert data["playbook"] == "slow-training"
+    assert data["playbook"] == "small"
     target = data["target"]
     assert target["kind"] in {"launch", "attach", "local"}
     assert isinstance(target["pid"], int)
@@ -109,22 +109,21 @@ def test_departure_json_has_every_contract_field(departure):
     check_contract(data)
     assert data["verdict"] == "departure"
     dep = data["first_departure"]
-    assert dep["node"] == "input.data-wait"
+    assert dep["node"] == "waits"
     assert dep["cause"] == "input.waiting"
     assert dep["title"] == "The training loop waits for its next batch, and producing a batch is mostly waiting"
     assert dep["measured"] == {"data_wait_fraction": 0.8, "producer_cpu_fraction": 0.1}
     assert dep["expected"] == "data_wait_fraction < 0.1 ; producer_cpu_fraction < 0.5"
     assert dep["summary"].startswith("80% of each step is spent waiting for the next batch (in DataLoader.__next__)")
-    assert [s["node"] for s in data["path"]] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup",
-                                                 "input.data-wait", "input.producer"]
-    assert [s["status"] for s in data["path"]] == ["pass", "pass", "pass", "pass", "pass", "depart", "pass"]
-    assert data["path"][5] == {"node": "input.data-wait", "status": "depart", "measured": {"data_wait_fraction": 0.8},
+    assert [s["node"] for s in data["path"]] == ["trains", "waits", "makes"]
+    assert [s["status"] for s in data["path"]] == ["pass", "depart", "pass"]
+    assert data["path"][1] == {"node": "waits", "status": "depart", "measured": {"data_wait_fraction": 0.8},
                                "expected": "data_wait_fraction < 0.1", "probe": "loop.steps", "seconds": 0.25,
                                "note": ""}
     assert data["environment"]["python"] == "3.11.7" and data["environment"]["cuda"] is None
     assert data["target"]["pid"] == 1234
     assert data["units"]["data_wait_fraction"] == "fraction"
-    assert data["evidence"]["input.data-wait"]["probe"] == "loop.steps"
+    assert data["evidence"]["waits"]["probe"] == "loop.steps"
 
 
 def test_clean_json(clean):
@@ -134,62 +133,61 @@ def test_clean_json(clean):
     assert data["first_departure"] is None
     assert data["conclusion"] == "device.compute_bound"
     assert data["conclusion_text"].startswith("Steps are spent computing")
-    assert [s["node"] for s in data["path"]] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup",
-                                                 "input.data-wait", "host.blocking-io", "host.overhead"]
-    assert [s["status"] for s in data["path"]] == ["pass"] * 8
+    assert [s["node"] for s in data["path"]] == ["trains", "waits", "blocks"]
+    assert [s["status"] for s in data["path"]] == ["pass"] * 3
 
 
-def test_inconclusive_findings_carry_the_reason(walk_with, env):
+def test_inconclusive_findings_carry_the_reason(small_walk_with, env):
     base = {p: Measurement.cannot(p, "no agent") for p in healthy_values()}
-    walk, _ = walk_with(base=base)
+    walk, _ = small_walk_with(base=base)
     findings = findings_from_walk(walk, TARGET, env)
     data = findings.to_json()
     check_contract(data)
     assert data["verdict"] == "inconclusive"
     assert data["conclusion"] is None and data["first_departure"] is None
     assert data["note"] == "could not tell whether it trains, so no cause: training.activity: no agent"
-    assert [s["node"] for s in data["path"]] == ["target.trains"]
+    assert [s["node"] for s in data["path"]] == ["trains"]
     assert all(s["status"] == "error" and s["note"] for s in data["path"])
 
 
-def test_inconclusive_findings_past_target_trains_carry_every_reason(walk_with, env):
+def test_inconclusive_findings_past_target_trains_carry_every_reason(small_walk_with, env):
     base = {p: Measurement.cannot(p, "no agent") for p in healthy_values()}
     base["training.activity"] = healthy_values()["training.activity"]
-    walk, _ = walk_with(base=base)
+    walk, _ = small_walk_with(base=base)
     data = findings_from_walk(walk, TARGET, env).to_json()
     check_contract(data)
     assert data["verdict"] == "inconclusive"
     assert data["conclusion"] is None and data["first_departure"] is None
-    assert data["note"].startswith("could not measure dist.ranks")
-    assert data["path"][0]["node"] == "target.trains" and data["path"][0]["status"] == "pass"
+    assert data["note"].startswith("could not measure waits")
+    assert data["path"][0]["node"] == "trains" and data["path"][0]["status"] == "pass"
     assert all(s["status"] == "error" and s["note"] for s in data["path"][1:])
 
 
-def test_a_walk_that_does_not_train_reports_why_and_no_cause(walk_with, env):
+def test_a_walk_that_does_not_train_reports_why_and_no_cause(small_walk_with, env):
     why = "forward only: a model being served, not trained in 300 samples over 6 s"
-    walk, _ = walk_with({"training.activity": {"trains": False, "seen": why}})
+    walk, _ = small_walk_with({"training.activity": {"trains": False, "seen": why}})
     data = findings_from_walk(walk, TARGET, env).to_json()
     check_contract(data)
     assert data["verdict"] == "inconclusive"
     assert data["first_departure"] is None and data["conclusion"] is None
     assert data["note"] == f"not a training job, so no cause: {why}"
     assert [(s["node"], s["status"], s["measured"]) for s in data["path"]] == [
-        ("target.trains", "depart", {"trains": False})]
+        ("trains", "depart", {"trains": False})]
 
 
-def test_a_given_note_comes_first_then_the_caveat(walk_with, env):
-    walk, _ = walk_with(base={p: Measurement.cannot(p, "x") for p in healthy_values()})
+def test_a_given_note_comes_first_then_the_caveat(small_walk_with, env):
+    walk, _ = small_walk_with(base={p: Measurement.cannot(p, "x") for p in healthy_values()})
     findings = findings_from_walk(walk, TARGET, env, note="interrupted by the user")
     assert findings.note == "interrupted by the user; could not tell whether it trains, so no cause: training.activity: x"
 
 
-def test_a_clean_attach_walk_says_what_it_did_not_measure(walk_with, env):
+def test_a_clean_attach_walk_says_what_it_did_not_measure(small_walk_with, env):
     # No py-spy: the debug switches read from outside still measure, the stack windows cannot.
     no_spy = Measurement.cannot("stacks.sample", "py-spy is not installed", applicable=False)
-    walk, _ = walk_with({"stacks.sample": no_spy}, caps=frozenset({"process"}))
+    walk, _ = small_walk_with({"stacks.sample": no_spy}, caps=frozenset({"process"}))
     findings = findings_from_walk(walk, TARGET, env)
     assert findings.verdict == "clean"
-    assert findings.note.startswith("not measured on this target: input.worker-startup, input.data-wait")
+    assert findings.note.startswith("not measured on this target: waits, blocks")
 
 
 def test_from_json_round_trips(departure):
@@ -201,7 +199,7 @@ def test_from_json_round_trips(departure):
 
 def test_rendering_a_saved_report_matches_rendering_the_findings(departure):
     again = Findings.from_json(departure.to_json())
-    assert again.playbook_title == "Slow training"
+    assert again.playbook_title == "A small walk"
     assert to_markdown(again) == to_markdown(departure)
 
 
@@ -209,15 +207,15 @@ def test_rendering_a_saved_report_matches_rendering_the_findings(departure):
 
 def test_markdown_has_cause_summary_and_fix_code(departure):
     md = to_markdown(departure)
-    assert md.startswith("# fieldguide report: Slow training\n")
+    assert md.startswith("# fieldguide report: A small walk\n")
     assert "## Verdict: Departure found" in md
-    assert "Cause `input.waiting` at node `input.data-wait`." in md
+    assert "Cause `input.waiting` at node `waits`." in md
     # The summary shown as it is: `__next__` escaped, not a bold "next".
     assert departure.first_departure["summary"].replace("__next__", r"\_\_next\_\_") in md
     assert "```python" in md and "num_workers=8" in md
     assert "| data_wait_fraction | 80% |" in md
-    assert "| input.data-wait | ✗ depart | data_wait_fraction=80% | `data_wait_fraction < 0.1` | loop.steps |" in md
-    assert "| target.trains | ✓ pass | trains=yes | `trains == true` | training.activity |" in md
+    assert "| waits | ✗ depart | data_wait_fraction=80% | `data_wait_fraction < 0.1` | loop.steps |" in md
+    assert "| trains | ✓ pass | trains=yes | `trains == true` | training.activity |" in md
     assert "### Why it costs" in md and "### Fix" in md and "### Verify" in md
     assert "## Target output (last lines)" in md
 
@@ -228,8 +226,8 @@ def test_markdown_clean(clean):
     assert "Healthy leaf `device.compute_bound`" in md
 
 
-def test_markdown_escapes_pipes_in_notes(walk_with, env):
-    walk, _ = walk_with({"torch.flags": Measurement.cannot("torch.flags", "a|b")})
+def test_markdown_escapes_pipes_in_notes(small_walk_with, env):
+    walk, _ = small_walk_with({"stacks.sample": Measurement.cannot("stacks.sample", "a|b")})
     md = to_markdown(findings_from_walk(walk, TARGET, env))
     assert "a\\|b" in md
 
@@ -276,18 +274,18 @@ def test_rich_summary_renders_the_departure(departure):
 
 
 @pytest.mark.parametrize("verdict", ["inconclusive", "departure", "clean"])
-def test_the_rich_summary_keeps_the_whole_verdict_at_80_columns(walk_with, env, verdict):
+def test_the_rich_summary_keeps_the_whole_verdict_at_80_columns(small_walk_with, env, verdict):
     from rich.console import Console
 
     from fieldguide.report.vocabulary import verdict_text
 
     if verdict == "inconclusive":
-        walk, _ = walk_with(base={p: Measurement.cannot(p, "no agent") for p in healthy_values()})
+        walk, _ = small_walk_with(base={p: Measurement.cannot(p, "no agent") for p in healthy_values()})
     elif verdict == "departure":
-        walk, _ = walk_with({"loop.steps": {"data_wait_fraction": 0.8},
+        walk, _ = small_walk_with({"loop.steps": {"data_wait_fraction": 0.8},
                              "stacks.sample": {"producer_cpu_fraction": 0.1}})
     else:
-        walk, _ = walk_with()
+        walk, _ = small_walk_with()
     findings = findings_from_walk(walk, TARGET, env)
     assert findings.verdict == verdict
     console = Console(width=80, record=True, color_system=None)
@@ -295,7 +293,7 @@ def test_the_rich_summary_keeps_the_whole_verdict_at_80_columns(walk_with, env, 
     lines = console.export_text().splitlines()
     assert all(len(line) <= 80 for line in lines)
     assert "…" not in lines[0]  # the title is never cut
-    assert f"fieldguide · slow-training · {verdict}" in lines[0]
+    assert f"fieldguide · small · {verdict}" in lines[0]
     assert verdict_text(verdict) in lines[1]  # the verdict's sentence, whole, first in the panel
 
 
@@ -434,8 +432,8 @@ def test_report_fix_steps_are_the_cause_pages_verbatim(departure, slow_training)
     assert data["first_departure"]["verify"] == cause.verify
 
 
-def test_secrets_inside_one_argument_and_in_log_lines_are_redacted(walk_with, env):
-    walk, _ = walk_with()
+def test_secrets_inside_one_argument_and_in_log_lines_are_redacted(small_walk_with, env):
+    walk, _ = small_walk_with()
     target = {"kind": "launch", "pid": 1, "cmdline": ["bash", "-c", "python train.py --token abc123def"]}
     log = ["Authorization: Bearer abcdefghijk123", "OPENAI_KEY=sk9s8d7f6", "DB_PWD=hunter2",
            "--password hunter2 given"]
@@ -451,7 +449,7 @@ def test_environment_variables_come_from_the_target_and_are_redacted():
 
 # --- reruns, exit, and one vocabulary and fix-step renderer for every view ------------------------------
 
-def rerun_result(node: str = "input.data-wait", status: str = "pass", fraction: float = 0.02):
+def rerun_result(node: str = "waits", status: str = "pass", fraction: float = 0.02):
     from fieldguide.walk.engine import NodeResult
 
     m = Measurement("loop.steps", values={"data_wait_fraction": fraction}, units={"data_wait_fraction": "fraction"})
@@ -462,10 +460,10 @@ def rerun_result(node: str = "input.data-wait", status: str = "pass", fraction: 
 def test_reruns_are_absent_when_empty_and_round_trip_when_recorded(departure):
     assert "reruns" not in departure.to_json() and "exit" not in departure.to_json()
     departure.record_rerun(rerun_result(), "remeasure", "2026-12-02T12:01:00Z")
-    departure.record_rerun(rerun_result("env.debug-flags", "depart", 0.5), "jump", "2026-12-02T12:02:00Z")
+    departure.record_rerun(rerun_result("blocks", "depart", 0.5), "jump", "2026-12-02T12:02:00Z")
     data = json.loads(render(departure, "json"))
     check_contract(data)  # the contract's fields are unchanged
-    assert data["reruns"][0] == {"node": "input.data-wait", "action": "remeasure", "status": "pass",
+    assert data["reruns"][0] == {"node": "waits", "action": "remeasure", "status": "pass",
                                  "measured": {"data_wait_fraction": 0.02}, "expected": "data_wait_fraction < 0.1",
                                  "note": "", "probe": "loop.steps", "seconds": 6.04, "when": "2026-12-02T12:01:00Z"}
     assert [r["action"] for r in data["reruns"]] == ["remeasure", "jump"]
@@ -481,7 +479,7 @@ def test_reruns_are_shown_in_markdown_html_and_the_rich_summary(departure):
     departure.record_rerun(rerun_result(), "remeasure", "2026-12-02T12:01:00Z")
     md = to_markdown(departure)
     assert "## Measured again in the TUI" in md
-    assert ("| 2026-12-02T12:01:00Z | re-measure | input.data-wait | ✓ pass | data_wait_fraction=2% | "
+    assert ("| 2026-12-02T12:01:00Z | re-measure | waits | ✓ pass | data_wait_fraction=2% | "
             "`data_wait_fraction < 0.1` | 6.0 |  |") in md
     page = to_html(departure)
     assert "<h2>Measured again in the TUI</h2>" in page and "<td>re-measure</td>" in page
@@ -599,10 +597,10 @@ def test_markdown_fix_steps_are_the_shared_renderers(departure):
 
 
 def test_findings_chain_and_top_stacks(departure):
-    assert [s["node"] for s in departure.chain()] == ["input.data-wait", "input.producer"]
-    departure.evidence["input.producer"]["top_worker_stacks"] = [{"share": 0.5, "category": "io", "stack": "read"}]
-    assert departure.top_stacks(["input.producer"]) == ("DataLoader workers",
-                                                        [{"share": 0.5, "category": "io", "stack": "read"}])
-    departure.evidence["input.producer"]["top_stacks"] = [{"share": 0.9, "category": "wait", "stack": "recv"}]
+    assert [s["node"] for s in departure.chain()] == ["waits", "makes"]
+    departure.evidence["makes"]["top_worker_stacks"] = [{"share": 0.5, "category": "io", "stack": "read"}]
+    assert departure.top_stacks(["makes"]) == ("DataLoader workers",
+                                               [{"share": 0.5, "category": "io", "stack": "read"}])
+    departure.evidence["makes"]["top_stacks"] = [{"share": 0.9, "category": "wait", "stack": "recv"}]
     assert departure.top_stacks()[0] == "main thread"
-    assert departure.top_stacks(["env.debug-flags"]) == ("", [])
+    assert departure.top_stacks(["trains"]) == ("", [])
