@@ -25,7 +25,7 @@ demo-headless: $(STAMP)
 	$(VENV)/bin/fieldguide demo --no-tui || [ $$? -eq 1 ]
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=20
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q

@@ -78,3 +78,37 @@ def test_worker_stacks_show_their_sample_counts_not_a_share() -> None:
                           "top_worker_stacks": [{"samples": 12, "category": "decode", "stack": "f (a.py:1)"}]})
     text = to_markdown(findings)
     assert "Top stacks (DataLoader workers)" in text and "12 samples" in text
+
+
+def _literal_evidence_keys() -> set[tuple[str, str]]:
+    """Every key written literally as a probe's evidence in probes/: `evidence={...}`,
+    `evidence = {...}` and `evidence["key"] = ...` (what a walk on a machine like this one may
+    never reach: a GPU branch, an attach path)."""
+    import ast
+    from pathlib import Path
+
+    import fieldguide.probes
+
+    found: set[tuple[str, str]] = set()
+    for path in Path(fieldguide.probes.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            literal = None
+            if isinstance(node, ast.keyword) and node.arg == "evidence" and isinstance(node.value, ast.Dict):
+                literal = node.value
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and any(
+                    isinstance(t, ast.Name) and t.id == "evidence" for t in node.targets):
+                literal = node.value
+            elif isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == "evidence"
+                            and isinstance(t.slice, ast.Constant)):
+                        found.add((path.name, str(t.slice.value)))
+            if literal is not None:
+                found |= {(path.name, str(k.value)) for k in literal.keys if isinstance(k, ast.Constant)}
+    return found
+
+
+def test_every_literal_evidence_key_in_the_probes_is_a_declared_kind() -> None:
+    keys = _literal_evidence_keys()
+    assert len(keys) > 30  # the scan sees the probes' evidence at all
+    assert sorted((f, k) for f, k in keys if k not in ev.KINDS) == []

@@ -88,6 +88,7 @@ MESSAGE: EvidenceKind[str] = EvidenceKind("message", "the allocator's own words 
 CUDA: EvidenceKind[dict[str, Any]] = EvidenceKind("cuda", "the CUDA allocator's statistics")
 LIMITS: EvidenceKind[dict[str, Any]] = EvidenceKind("limits", "the memory limits the job runs under")
 GPU: EvidenceKind[Rows] = EvidenceKind("gpu", "the other processes on the job's GPUs")
+GPU_USED: EvidenceKind[list[int]] = EvidenceKind("gpu_used", "the job's GPU memory over the window, bytes")
 GPUS: EvidenceKind[Rows] = EvidenceKind("gpus", "the GPUs, as NVML reports them")
 DEVICES_FROM: EvidenceKind[str] = EvidenceKind("devices_from", "how the job's GPUs were told apart")
 STATE: EvidenceKind[dict[str, Any]] = EvidenceKind("state", "torch's debug and determinism switches")
@@ -104,7 +105,7 @@ HOST_MS: EvidenceKind[list[float]] = EvidenceKind("host_ms", "the steps' host ti
 KINDS: dict[str, EvidenceKind[Any]] = {kind.key: kind for kind in (
     TABLE, TOP_STACKS, TOP_WORKER_STACKS, COLD_START, TORCH_TRACE, RANKS, STEP_MS, DATA_WAIT_MS, EPOCH_STARTS,
     INPUT_PHASE, MAIN_CATEGORIES, WORKER_CATEGORIES, SAMPLES, RSS_MB, MAIN_CPU_CORES, WORKER_CPU_CORES,
-    PER_PROCESS_CORES, ROWS, RSS, CENSUS, GROWING, KEPT_BY, BREAKDOWN, MESSAGE, CUDA, LIMITS, GPU, GPUS,
+    PER_PROCESS_CORES, ROWS, RSS, CENSUS, GROWING, KEPT_BY, BREAKDOWN, MESSAGE, CUDA, LIMITS, GPU, GPU_USED, GPUS,
     DEVICES_FROM, STATE, TOP_OPS, CONFIG, FRAMES, REASONS, COMPILED_MS, EAGER_MS, TURNS, DEVICE_MS, HOST_MS)}
 
 # What the stack sampler leaves (probes/stacks.stack_values), for every probe that passes it on.

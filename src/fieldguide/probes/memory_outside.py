@@ -62,7 +62,7 @@ def children_uss(pid: int) -> int:
 @register
 class MemoryGrowthOutside(Probe):
     id = "memory.growth.outside"
-    evidence_kinds = (ev.RSS,)
+    evidence_kinds = (ev.RSS, ev.GPU_USED)
     title = "The job's resident memory over time, from outside (psutil)"
     needs = frozenset({NEEDS_PROCESS})
     params = {"seconds": 10.0}
