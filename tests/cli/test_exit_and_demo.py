@@ -75,7 +75,8 @@ def test_demo_python_that_cannot_run(tmp_path: Path) -> None:
 
 def test_demo_python_with_torch_is_used_for_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    from fieldguide import cli, workloads
+    from fieldguide import workloads
+    from fieldguide.frontends import cli
 
     monkeypatch.setenv("FIELDGUIDE_DEMO_PYTHON", sys.executable)
     assert cli.demo_command() == [sys.executable, str(workloads.path(workloads.DEMO))]

@@ -250,3 +250,37 @@ def test_a_row_of_another_agent_version_reads_with_what_it_has() -> None:
     assert (short.t_end, short.boundary, short.input_s, short.batch_elements) == (1.0, "k", None, None)
     longer = StepRow.read([*range(len(StepRow._fields)), "a field added later"])
     assert longer == tuple(range(len(StepRow._fields)))
+
+
+def test_time_waiting_for_a_core_is_not_counted_as_waiting_for_the_other_ranks(monkeypatch) -> None:
+    """On a busy machine the training thread sits runnable inside backward() and inside the job's
+    collectives: that run-queue time is taken out of the wait for the other ranks."""
+    import types
+
+    from fieldguide.agent.inside.capabilities import collectives as module
+
+    clock = {"wall": 100.0, "cpu": 10.0, "queued": 1.0}
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(module.time, "thread_time", lambda: clock["cpu"])
+    monkeypatch.setattr(module, "run_queue_seconds", lambda: clock["queued"])
+
+    def backward_that_waits(*args, **kwargs):  # 1 s of wall: 0.3 s computing, 0.5 s queued, 0.2 s waiting
+        clock["wall"] += 1.0
+        clock["cpu"] += 0.3
+        clock["queued"] += 0.5
+
+    def all_reduce(*args, **kwargs):  # 0.4 s of wall, 0.1 s of it queued once the data came
+        clock["wall"] += 0.4
+        clock["queued"] += 0.1
+
+    fake_torch = types.SimpleNamespace(autograd=types.SimpleNamespace(backward=backward_that_waits),
+                                       cuda=types.SimpleNamespace(is_initialized=lambda: False))
+    capability = module.Collectives.__new__(module.Collectives)
+    capability.collective_s = capability.backward_wait_s = capability.backward_s = 0.0
+    capability.calls, capability.depth, capability.torch = 0, 0, fake_torch
+    capability.wrap_backward(fake_torch)
+    fake_torch.autograd.backward()
+    capability.timed(all_reduce)()
+    assert round(capability.backward_wait_s, 6) == 0.2 and round(capability.backward_s, 6) == 1.0
+    assert round(capability.collective_s, 6) == 0.3 and capability.calls == 1
+

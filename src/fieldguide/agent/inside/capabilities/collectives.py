@@ -8,6 +8,10 @@ Two signals, both on the training thread:
   off the CPU (wall minus the thread's CPU time) is the wait for the other ranks' gradients.
   With CUDA the host does not wait there (DDP only orders streams), so that signal is not
   counted once CUDA is initialised.
+In both, the time the training thread sat runnable waiting for a core (its run-queue time, from
+/proc/thread-self/schedstat) is taken out: on a busy machine that is waiting for a CPU, not for
+the other ranks, and a healthy job read it as communication (as attach mode, reading the same
+counter from outside, does not).
 Streams one row per step: [t_end, collective_s, backward_wait_s, backward_s, calls]. A rank is
 known from torchrun's / srun's environment at start, or, for jobs that start their ranks
 themselves (torch.multiprocessing.spawn), when init_process_group returns: then `identity`
@@ -17,6 +21,7 @@ streams its RANK and WORLD_SIZE and the timing starts.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from types import ModuleType
 from typing import Any
@@ -40,6 +45,24 @@ def rank_identity() -> dict[str, str]:
     if rank is not None:
         identity["RANK"] = str(rank)
     return identity
+
+
+SCHEDSTAT = "/proc/thread-self/schedstat"
+_schedstat_fds: dict[tuple[int, int], int] = {}  # (pid, thread): the open file, read again with pread (~1 µs)
+
+
+def run_queue_seconds() -> float:
+    """The calling thread's time runnable but waiting for a core so far (Linux schedstat's second
+    field); 0.0 where the kernel does not keep it (then nothing is taken out). Keyed by pid too: a
+    forked worker must not read its parent's thread through an inherited descriptor."""
+    key = (os.getpid(), threading.get_ident())
+    try:
+        fd = _schedstat_fds.get(key)
+        if fd is None:
+            fd = _schedstat_fds[key] = os.open(SCHEDSTAT, os.O_RDONLY | os.O_CLOEXEC)
+        return int(os.pread(fd, 128, 0).split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def global_rank(env: dict[str, str]) -> int | None:
@@ -124,13 +147,14 @@ class Collectives(Capability):
 
         def collective(*args: Any, **kwargs: Any) -> Any:
             capability.depth += 1
-            started = time.monotonic()
+            started, queued = time.monotonic(), run_queue_seconds()
             try:
                 return original(*args, **kwargs)
             finally:
                 capability.depth -= 1
                 if capability.depth == 0:
-                    capability.collective_s += time.monotonic() - started
+                    waited = time.monotonic() - started - (run_queue_seconds() - queued)
+                    capability.collective_s += max(waited, 0.0)
                     capability.calls += 1
 
         collective.__wrapped__ = original  # type: ignore[attr-defined]
@@ -143,14 +167,14 @@ class Collectives(Capability):
         capability = self
 
         def backward(*args: Any, **kwargs: Any) -> Any:
-            wall, cpu = time.monotonic(), time.thread_time()
+            wall, cpu, queued = time.monotonic(), time.thread_time(), run_queue_seconds()
             try:
                 return base(*args, **kwargs)
             finally:
                 wall, cpu = time.monotonic() - wall, time.thread_time() - cpu
                 capability.backward_s += wall
-                if not capability.cuda_in_use():
-                    capability.backward_wait_s += max(wall - cpu, 0.0)
+                if not capability.cuda_in_use():  # off the CPU, less the time it waited for a core
+                    capability.backward_wait_s += max(wall - cpu - (run_queue_seconds() - queued), 0.0)
 
         backward.__wrapped__ = base  # type: ignore[attr-defined]
         torch.autograd.backward = backward
