@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 from fieldguide import __version__
 from fieldguide.errors import FieldguideError
@@ -77,6 +77,36 @@ def _target_redacted(target: dict[str, Any]) -> dict[str, Any]:
     return {**target, "cmdline": redact_argv([str(a) for a in cmdline])}
 
 
+class Departure(TypedDict):
+    """The report's `first_departure`: where the walk departed, the cause and its page."""
+
+    node: str
+    cause: str
+    title: str
+    measured: dict[str, Any]
+    expected: str
+    summary: str
+    why: str
+    fix: list[str]
+    verify: str
+
+
+class PathStep(TypedDict, total=False):
+    """One node of the report's `path` (engine.NodeResult.to_json); a TUI re-measure adds `action`
+    and `when` (the report's `reruns`)."""
+
+    node: str
+    status: str
+    measured: dict[str, Any]
+    expected: str
+    probe: str | None
+    seconds: float
+    note: str
+    undecided: bool
+    action: str
+    when: str
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -123,16 +153,16 @@ class Findings:
     target: dict[str, Any]
     environment: dict[str, Any]
     verdict: str
-    first_departure: dict[str, Any] | None
+    first_departure: Departure | None
     conclusion: str | None
     conclusion_text: str
-    path: list[dict[str, Any]]
+    path: list[PathStep]
     created: str = field(default_factory=utc_now)
     note: str = ""
     log_tail: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
     units: dict[str, str] = field(default_factory=dict)
-    reruns: list[dict[str, Any]] = field(default_factory=list)
+    reruns: list[PathStep] = field(default_factory=list)
     exit: dict[str, Any] | None = None
     experiments: list[dict[str, Any]] = field(default_factory=list)
     cold_start: ColdStart | None = None
@@ -229,12 +259,12 @@ class Findings:
         """Measured values as a person reads them, with their units: [(name, "93%"), ...]."""
         return [(name, format_value(value, self.units.get(name, ""))) for name, value in measured.items()]
 
-    def chain(self) -> list[dict[str, Any]]:
+    def chain(self) -> list[PathStep]:
         """The path from the departed node on: the departure and the nodes that refined its cause."""
         if self.first_departure is None:
             return []
         nodes = [step["node"] for step in self.path]
-        node = self.first_departure.get("node")
+        node = self.first_departure["node"]
         return self.path[nodes.index(node):] if node in nodes else list(self.path)
 
     def of_kind(self, kind: EvidenceKind[T], nodes: list[str] | None = None) -> list[tuple[str, T]]:
@@ -258,7 +288,7 @@ class Findings:
 
     def found_rows(self) -> list[dict[str, Any]]:
         """The departed node's evidence table (graph breaks, recompiles), if its probe left one."""
-        node = (self.first_departure or {}).get("node")
+        node = self.first_departure["node"] if self.first_departure else None
         rows = self.first_of(ev.TABLE, [node]) if node else None
         return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
@@ -307,7 +337,7 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
             units.update(result.measurement.units)
     if walk.verdict == DEPARTURE and walk.departure is not None:
         d = walk.departure
-        departure = {
+        departure = Departure(**{
             "node": d.node,
             "cause": d.cause.id,
             "title": d.cause.title,
@@ -317,7 +347,7 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
             "why": d.cause.why,
             "fix": list(d.cause.fix),
             "verify": d.cause.verify,
-        }
+        })
     evidence = {r.node: {"probe": r.probe, "provenance": r.measurement.provenance, **r.measurement.evidence,
                          "values": r.measurement.values,
                          **({"margins": r.measurement.margins} if r.measurement.margins else {})}
@@ -336,7 +366,7 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
         first_departure=departure,
         conclusion=conclusion,
         conclusion_text=walk.playbook.leaves.get(conclusion or "", ""),
-        path=[r.to_json() for r in walk.path],
+        path=[cast(PathStep, r.to_json()) for r in walk.path],
         note=note,
         log_tail=[redact_text(line) for line in (log_tail or [])],
         evidence=evidence,

@@ -98,9 +98,9 @@ def _host(f: Findings, path: str) -> str:
 def _named_rank(f: Findings) -> float | None:
     """The rank a dist.straggler departure names: in its measured values, else in the departed
     node's evidence (dist.ranks' values), else the rank whose verdict says it is the slowest."""
-    dep = f.first_departure or {}
-    evidence = f.evidence.get(str(dep.get("node")), {}) if isinstance(f.evidence, dict) else {}
-    for values in (dep.get("measured"), evidence.get("values") if isinstance(evidence, dict) else None):
+    dep = f.first_departure
+    evidence = f.evidence.get(dep["node"], {}) if dep and isinstance(f.evidence, dict) else {}
+    for values in (dep["measured"] if dep else None, evidence.get("values") if isinstance(evidence, dict) else None):
         if isinstance(values, dict) and _number(values.get("slowest_rank")) is not None:
             return _number(values["slowest_rank"])
     slowest = [r for r in f.ranks if str(r.get("verdict", "")).startswith("slowest own work")]
@@ -108,7 +108,7 @@ def _named_rank(f: Findings) -> float | None:
 
 
 def _rank_rows(path: str, f: Findings, host: str) -> list[dict[str, Any]]:
-    cause = (f.first_departure or {}).get("cause")
+    cause = f.first_departure["cause"] if f.first_departure else None
     named = _named_rank(f) if cause == STRAGGLER else None
     if not f.ranks:  # one process: the report itself is its one rank
         rank = (f.environment.get("variables") or {}).get("RANK") if isinstance(f.environment, dict) else None
@@ -176,7 +176,7 @@ def merge(reports: list[tuple[str, Findings]]) -> dict[str, Any]:
         rows = _rank_rows(path, f, host)
         ranks += rows
         steps = [r["step_ms"] for r in rows if r["step_ms"] is not None]
-        cause = (f.first_departure or {}).get("cause")
+        cause = f.first_departure["cause"] if f.first_departure else None
         nodes.append({"report": path, "host": host, "playbook": f.playbook, "verdict": f.verdict,
                       "cause": cause, "conclusion": f.conclusion, "ranks": len(rows), "created": f.created,
                       "step_ms": round(statistics.median(steps), 3) if steps else None})

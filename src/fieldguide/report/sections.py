@@ -10,7 +10,7 @@ from typing import Any
 from fieldguide import __version__
 from fieldguide.report.charts import charts_for
 from fieldguide.report.evidence_sections import APPENDIX, FINDING, START, evidence_sections
-from fieldguide.report.findings import EXPERIMENT_COLUMNS, Findings, experiment_rows
+from fieldguide.report.findings import EXPERIMENT_COLUMNS, Findings, PathStep, experiment_rows
 from fieldguide.report.section_types import (
     Cell,
     Facts,
@@ -52,7 +52,7 @@ def _measured(findings: Findings, measured: dict[str, Any]) -> str:
     return ", ".join(f"{n}={v}" for n, v in findings.formatted(measured))
 
 
-def _steps_rows(f: Findings, steps: list[dict[str, Any]], *, reruns: bool = False) -> list[list[Cell]]:
+def _steps_rows(f: Findings, steps: list[PathStep], *, reruns: bool = False) -> list[list[Cell]]:
     rows = []
     for step in steps:
         cells = [Cell(str(step["node"])), Cell(status_mark(step["status"]), status=str(step["status"])),
@@ -81,7 +81,7 @@ def _departure(f: Findings) -> list[Section]:
 
 
 
-def _path_brief(f: Findings, steps: list[dict[str, Any]], *, reruns: bool = False) -> Table:
+def _path_brief(f: Findings, steps: list[PathStep], *, reruns: bool = False) -> Table:
     """The path as a terminal shows it: node, status and what was measured (else the note)."""
     rows = []
     for step in steps:

@@ -6,7 +6,7 @@ the same status vocabulary and fix-step renderer. Series are the ones the probes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from fieldguide.frontends.tui.driver import WalkDriver
     from fieldguide.frontends.tui.walkstate import Remeasure, RemeasureRows
     from fieldguide.playbook import Playbook
-    from fieldguide.report.findings import Findings
+    from fieldguide.report.findings import Departure, Findings
 
 STACK_FRAMES = 3  # innermost frames shown per stack; the report has them all
 STACKS = 3
@@ -84,7 +84,7 @@ class DepartureScreen(Screen[None]):
         assert findings.first_departure is not None
         self.findings, self.playbook, self.remeasure = findings, playbook, remeasure
         self.driver = driver  # the walk's, which relaunches the job to try the fix
-        self.departure: dict[str, Any] = findings.first_departure
+        self.departure: Departure = findings.first_departure
         self.chain = findings.chain()
 
     def compose(self) -> ComposeResult:
