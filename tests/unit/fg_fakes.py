@@ -39,7 +39,7 @@ def healthy_values() -> dict[str, dict[str, Any]]:
         "process.cpu": {"usable_cores": 8, "main_cpu_cores": 1.0, "worker_count": 2, "worker_cpu_cores": 0.4,
                         "worker_cores_mean": 0.2, "tree_cpu_fraction": 0.18, "voluntary_switch_share": 0.9,
                         "rss_mb": 900.0, "rss_growth_mb_per_min": 0.0, "workers_spawned": 0},
-        "dist.ranks": {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
+        "dist.ranks": {"world_size": 1, "ranks_seen": 1, "ranks_remote": 0, "own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
                        "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0},
         "torch.ops": {"ops_per_step": 200.0, "median_op_us": 50.0, "op_time_fraction": 0.9, "profiled_steps": 5,
                       "profiled_step_ms": 25.0, "loader_fraction": 0.01, "overhead_fraction": 0.1,

@@ -26,6 +26,7 @@ CONTRACT_CAUSES = {
     "device.throttled", "memory.leak_across_steps", "memory.fragmentation", "memory.activations",
     "memory.optimizer_state", "memory.other_process", "compile.mismatch", "compile.cold_start",
     "compile.recompiles", "compile.graph_breaks", "compile.slower", "dist.straggler", "dist.comm_bound",
+    "dist.waits_on_remote_ranks",
     "dist.imbalance",
 }
 
@@ -108,7 +109,7 @@ def test_slow_training_loads_with_its_nodes(slow_training):
     pb = slow_training
     assert pb.id == "slow-training"
     assert pb.start == "target.trains"
-    assert set(pb.nodes) == {"target.trains", "dist.ranks", "dist.uneven", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait",
+    assert set(pb.nodes) == {"target.trains", "dist.ranks", "dist.uneven", "dist.remote", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait",
                              "input.producer", "host.blocking-io", "host.overhead"}
     assert "device.compute_bound" in pb.leaves
     assert pb.source is not None and pb.source.name == "slow-training.yaml"
@@ -127,7 +128,7 @@ def test_every_node_has_question_why_and_measure_options(slow_training):
 def test_every_cause_the_playbook_names_has_a_full_page(slow_training):
     named = {e.target for n in slow_training.nodes.values() for e in (n.on_pass, n.on_depart, n.on_error)
              if e is not None and e.kind == "cause"}
-    assert named == {"dist.straggler", "dist.imbalance", "dist.comm_bound", "host.debug_mode", "input.worker_startup", "input.waiting",
+    assert named == {"dist.straggler", "dist.imbalance", "dist.comm_bound", "dist.waits_on_remote_ranks", "host.debug_mode", "input.worker_startup", "input.waiting",
                      "input.cpu_bound", "host.blocking_io", "host.overhead_bound"}
     assert named <= CONTRACT_CAUSES
     for cause_id in named:

@@ -63,7 +63,7 @@ def test_collective_rows_give_the_share_of_the_window_waited():
 
 
 def dist_measurement(**values):
-    base = {"world_size": 2, "ranks_seen": 2, "ranks_measured": 2, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
+    base = {"world_size": 2, "ranks_seen": 2, "ranks_measured": 2, "ranks_remote": 0, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
             "wait_gap": 0.0,
             "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
     return Measurement(probe="dist.ranks", values={**base, **values})
@@ -370,7 +370,7 @@ def test_a_launched_ranks_producer_share_is_of_the_time_its_thread_could_run(mon
         rows = collections.deque(StepRow(now + 0.05 * i, 0.07, 0.06, "o", 0.061, 0.03, 0.027, 1, 0, 1, 0.0, 32)
                                  for i in range(1, 30))
         waits = types.SimpleNamespace(items=collections.deque(CollectiveRow(r.t_end, 0.01, 0.0, 0.0, 1) for r in rows))
-        return types.SimpleNamespace(rank=rank, pid=pid, world_size=2, steps=rows, steps_total=len(rows), iters=[],
+        return types.SimpleNamespace(rank=rank, pid=pid, world_size=2, identity={}, steps=rows, steps_total=len(rows), iters=[],
                                      stream=lambda capability, name: waits)
 
     conns = [conn(0, 101), conn(1, 102)]

@@ -74,6 +74,11 @@ class AgentConnection:
         except (TypeError, ValueError):
             return 1
 
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The rank's place in its job as the agent last told it (collectives.job_identity)."""
+        return self._identity()
+
     def _identity(self) -> dict[str, Any]:
         told = self.streams.get(("collectives", "identity"))
         if told is not None and told.items:

@@ -20,6 +20,7 @@ class RankRow(TypedDict, total=False):
     """One rank of a multi-rank job as a report carries it (RankStats.row)."""
 
     rank: int
+    node_rank: int | None
     pid: int | None
     host: str
     steps: int
@@ -32,6 +33,21 @@ class RankRow(TypedDict, total=False):
     steps_per_s: float | None
     run_queue: float | None
     verdict: str
+
+
+class JobIdentity(TypedDict):
+    """Which multi-rank job a report's ranks belong to: `report merge` joins only one job's reports."""
+
+    id: str | None  # torchrun's TORCHELASTIC_RUN_ID, else Slurm's job and step
+    master: str | None  # MASTER_ADDR:MASTER_PORT, the rendezvous
+    world_size: int
+
+
+def job_of(identity: dict[str, str], world: int) -> JobIdentity:
+    """The job identity from a rank's identity (agent/inside/capabilities/collectives.job_identity)."""
+    master = (f"{identity['MASTER_ADDR']}:{identity.get('MASTER_PORT', '')}"
+              if identity.get("MASTER_ADDR") else None)
+    return {"id": identity.get("JOB_ID") or None, "master": master, "world_size": world}
 
 
 RUN_QUEUE_SAID = 0.1  # a rank runnable but waiting for a CPU this much of the time: said in its verdict
@@ -51,6 +67,7 @@ class RankStats:
     steps_per_s: float | None = None
     run_queue: float | None = None  # fraction of the time runnable but waiting for a CPU (the node's cores busy)
     verdict: str = ""  # this rank's own reading, filled by compare()
+    node_rank: int | None = None  # which node of the job (torchrun's GROUP_RANK, NODE_RANK, SLURM_NODEID)
     wait_margin: float | None = None  # ± of collective_wait, from its window (samples or steps' spread)
 
     @property
@@ -148,6 +165,8 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
     measured = [r for r in ranks if r.own_share is not None]
     values: dict[str, Any] = {"ranks_seen": len(ranks), "ranks_measured": len(measured)}
     found = pace([r.own_ms for r in measured], [r.collective_wait for r in measured])
+    if found is None and len(ranks) == 1 and measured:
+        return _one_rank(measured[0], values)
     if found is None:
         return values
     slowest = measured[found.slowest]
@@ -181,11 +200,28 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
     return values
 
 
+def _one_rank(rank: RankStats, values: dict[str, Any]) -> dict[str, Any]:
+    """One rank of a larger job on this node: nothing here to compare it with (no straggler among
+    the ranks this walk sees), and its wait in collectives, which is for ranks elsewhere."""
+    wait = rank.collective_wait or 0.0
+    values.update({"own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0, "slowest_rank": rank.rank,
+                   "comm_fraction_min": round(wait, 4), "comm_fraction_max": round(wait, 4),
+                   "comm_fraction_mean": round(wait, 4)})
+    if rank.step_ms is not None:
+        values["step_ms_median"] = round(rank.step_ms, 3)
+    rank.verdict = f"waits {wait:.0%} of its step in collectives"
+    if rank.run_queue is not None:
+        values["run_queue_max"] = round(rank.run_queue, 4)
+    return values
+
+
 def compare_margins(ranks: list[RankStats], values: dict[str, Any]) -> dict[str, float]:
     """± of the values `compare` gave, from each rank's wait margin (independent windows, so
     they add in quadrature): a healthy job whose ranks' readings wobble past a threshold is
     measured again, not named a straggler (engine.judge). Empty where a rank has no margin."""
     measured = [r for r in ranks if r.own_share is not None]
+    if len(measured) == 1 and measured[0].wait_margin is not None:
+        return {"comm_fraction_mean": round(measured[0].wait_margin, 4)}
     slowest = next((r for r in measured if r.rank == values.get("slowest_rank")), None)
     if slowest is None or any(r.wait_margin is None for r in measured):
         return {}

@@ -8,19 +8,22 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from fieldguide.agent.inside.capabilities.collectives import global_rank
+from fieldguide.agent.inside.capabilities.collectives import global_rank, job_identity, node_rank_of
 
-JOB_KEYS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+JOB_KEYS = ("JOB_ID", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _identity(proc: Any) -> dict[str, str] | None:
     import psutil
 
     try:
-        env: dict[str, str] = proc.environ()
+        env = job_identity(proc.environ())
     except (psutil.Error, OSError):
         return None
-    if int(env.get("WORLD_SIZE", "1") or 1) <= 1 or global_rank(env) is None:
+    try:
+        if int(env.get("WORLD_SIZE", "1") or 1) <= 1 or global_rank(env) is None:
+            return None
+    except ValueError:
         return None
     return env
 
@@ -63,7 +66,9 @@ def sibling_ranks(pid: int) -> list[dict[str, Any]]:
             continue
         if rank not in found or created < found[rank]["created"]:
             found[rank] = {"rank": rank, "pid": candidate.pid, "host": socket.gethostname(),
-                           "world_size": int(env.get("WORLD_SIZE", "1")), "created": created}
+                           "world_size": int(env.get("WORLD_SIZE", "1")), "node_rank": node_rank_of(env),
+                           "identity": {k: env[k] for k in ("JOB_ID", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
+                                        if k in env}, "created": created}
     _add_launching_rank(proc, own, found)
     return [{k: v for k, v in found[r].items() if k != "created"} for r in sorted(found)]
 

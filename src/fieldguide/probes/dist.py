@@ -16,11 +16,14 @@ import threading
 import time
 from typing import Any
 
+from fieldguide.agent.inside.capabilities.collectives import node_rank_of
 from fieldguide.analysis.ranks import (
+    JobIdentity,
     RankStats,
     collective_fraction,
     compare,
     compare_margins,
+    job_of,
     step_waits,
 )
 from fieldguide.measurement import Measurement
@@ -42,7 +45,7 @@ SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_
 @register
 class RankComparison(Probe):
     id = "dist.ranks"
-    evidence_kinds = (*ev.STACK_KINDS, ev.RANKS, ev.TABLE)
+    evidence_kinds = (*ev.STACK_KINDS, ev.RANKS, ev.TABLE, ev.JOB)
     title = "Every rank side by side: own work, input, and the wait in collectives"
     needs = frozenset({NEEDS_PROCESS})
     reads_history = True
@@ -53,7 +56,7 @@ class RankComparison(Probe):
               "comm_fraction_mean": "fraction",
               "slowest_data_wait": "fraction", "slowest_producer_cpu": "fraction", "slowest_reading": "",
               "step_ms_median": "ms", "work_ratio": "x", "slowest_has_most_work": "", "step_rate_ratio": "x",
-              "run_queue_max": "fraction", "foreign_cpu_share": "fraction"}
+              "run_queue_max": "fraction", "foreign_cpu_share": "fraction", "ranks_remote": ""}
 
     def run(self, ctx: ProbeContext, seconds: float = 4.0) -> Measurement:
         agent = getattr(ctx.target, "agent", None)
@@ -65,7 +68,7 @@ class RankComparison(Probe):
         if pid is None:
             return self.cannot("no target process")
         ranks = sibling_ranks(pid)
-        if len(ranks) < 2:
+        if not ranks or (len(ranks) < 2 and ranks[0]["world_size"] <= 1):
             return self.measurement(values=dict(SINGLE), provenance="the process's environment: no RANK/WORLD_SIZE "
                                     "of a multi-rank job (one process, nothing to compare)")
         return self._from_stacks(ctx, ranks, seconds)
@@ -100,7 +103,8 @@ class RankComparison(Probe):
             waited, _ = collective_fraction(collectives, started, end)
             window = [r for r in step_rows(steps) if started <= r.t_end <= end]
             elements = [r.batch_elements for r in window if r.batch_elements]
-            stats.append(RankStats(rank=conn.rank, pid=conn.pid, host=host, steps=loop.get("steps") or 0,
+            stats.append(RankStats(rank=conn.rank, pid=conn.pid, host=host, node_rank=node_rank_of(conn.identity),
+                                   steps=loop.get("steps") or 0,
                                    step_ms=loop.get("step_ms_median"), data_wait=loop.get("data_wait_fraction"),
                                    collective_wait=waited, producer_cpu=loop.get("producer_cpu_fraction"),
                                    batch_elements=statistics.median(elements) if elements else None,
@@ -109,7 +113,8 @@ class RankComparison(Probe):
         measured = self._judged(stats, world, time.monotonic() - started,
                                 f"agent in each rank, {seconds:.0f} s window: steps from the loop hooks, collectives "
                                 "timed around torch.distributed calls and, with CPU tensors, the off-CPU part of "
-                                "backward() (DDP's gradient all-reduce)")
+                                "backward() (DDP's gradient all-reduce)",
+                                job_of(conns[0].identity if conns else {}, world))
         slowest = next((s for s in stats if s.rank == measured.values.get("slowest_rank")), None)
         if slowest is not None and slowest.pid is not None:
             agent.prefer(slowest.pid)  # the rest of the walk measures the rank that sets the pace
@@ -148,14 +153,16 @@ class RankComparison(Probe):
         for rank in ranks:
             m = results.get(rank["rank"])
             if m is None or not m.ok:
-                stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0,
+                stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], node_rank=rank.get("node_rank"),
+                                       steps=0,
                                        step_ms=None, data_wait=None, collective_wait=None))
                 continue
             behind_others = (queued.get(rank["rank"]) or 0.0) * (foreign or 0.0)
             waited, margin = waited_share(m, off_cpu.get(rank["rank"]), behind_others)
             # No step times from outside: ranks in lockstep share one step length, so each rank's
             # sampled shares are compared (its own work = the part it is not waiting).
-            stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], steps=0, step_ms=None,
+            stats.append(RankStats(rank=rank["rank"], pid=rank["pid"], host=rank["host"], node_rank=rank.get("node_rank"),
+                                   steps=0, step_ms=None,
                                    data_wait=m.values.get("data_wait_fraction"),
                                    collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction"),
                                    run_queue=queued.get(rank["rank"]), wait_margin=margin))
@@ -164,7 +171,8 @@ class RankComparison(Probe):
                             f"py-spy ({seconds:.0f} s at {RANK_SAMPLE_HZ} Hz, --idle and on-CPU): the time off the CPU, in "
                             "the share of idle samples inside torch.distributed or backward(), is the wait for the other "
                             "ranks (the run-queue time is shown per rank); shares of each rank's time (step times "
-                            "need the agent: launch mode)")
+                            "need the agent: launch mode)",
+                            job_of(ranks[0].get("identity") or {}, max(r["world_size"] for r in ranks)))
         if foreign is not None:
             measured.values["foreign_cpu_share"] = round(foreign, 3)
             measured.provenance += (f"; {foreign:.0%} of the machine's busy CPU was not the job's: that share of each "
@@ -203,19 +211,23 @@ class RankComparison(Probe):
             t.join(seconds + 15)
         return results
 
-    def _judged(self, stats: list[RankStats], world: int, seconds: float, provenance: str) -> Measurement:
+    def _judged(self, stats: list[RankStats], world: int, seconds: float, provenance: str,
+                job: JobIdentity | None = None) -> Measurement:
         values = compare(stats)
         values["world_size"] = world
+        # Ranks of the job on other nodes: this walk cannot see them, only its ranks' wait for them.
+        values["ranks_remote"] = max(world - len(stats), 0)
         margins = compare_margins(stats, values)
         missing = {}
-        if values.get("ranks_measured", 0) < 2:
+        if "own_work_ratio" not in values:
             missing["own_work_ratio"] = f"fewer than 2 of {world} ranks measured ({len(stats)} found)"
         if "work_ratio" not in values:
             missing["work_ratio"] = ("each rank's batch is read by the agent from its forward's inputs (launch mode)"
                                      if all(s.step_ms is None for s in stats) else "a rank's forward took no tensor")
         rows = [s.row() for s in sorted(stats, key=lambda s: s.rank)]
+        identity = job if job is not None else job_of({}, world)
         return self.measurement(values=values, missing=missing, seconds=seconds, provenance=provenance, margins=margins,
-                                evidence={"ranks": rows, "table": [
+                                evidence={"job": identity, "ranks": rows, "table": [
                                     {"rank": r["rank"], "pid": r["pid"], "step_ms": r["step_ms"],
                                      "data_wait": r["data_wait"], "collective_wait": r["collective_wait"],
                                      "verdict": r["verdict"]} for r in rows]})

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypedDict, TypeVar
 
 from fieldguide.analysis.coldstart import ColdStart
-from fieldguide.analysis.ranks import RankRow
+from fieldguide.analysis.ranks import JobIdentity, RankRow
 
 T = TypeVar("T")
-__all__ = ["ColdStart", "RankRow"]  # declared beside what makes them; named here with the other kinds
+__all__ = ["ColdStart", "JobIdentity", "RankRow"]  # declared beside what makes them; named here with the other kinds
 
 
 class StackShare(TypedDict, total=False):
@@ -62,6 +62,8 @@ TOP_WORKER_STACKS: EvidenceKind[list[StackShare]] = EvidenceKind(
 COLD_START: EvidenceKind[ColdStart] = EvidenceKind("cold_start", "the job's start, phase by phase", shown=True)
 TORCH_TRACE: EvidenceKind[str] = EvidenceKind("torch_trace", "where the job's TORCH_TRACE log went", shown=True)
 RANKS: EvidenceKind[list[RankRow]] = EvidenceKind("ranks", "each rank's step, own work and waits", shown=True)
+JOB: EvidenceKind[JobIdentity] = EvidenceKind(
+    "job", "the multi-rank job the ranks belong to: its id, rendezvous and world size", shown=True)
 
 # Series and raw readings: charts, the TUI and the JSON report
 STEP_MS: EvidenceKind[list[float]] = EvidenceKind("step_ms", "the last steps' wall time, ms")
@@ -103,7 +105,7 @@ DEVICE_MS: EvidenceKind[list[float]] = EvidenceKind("device_ms", "the steps' dev
 HOST_MS: EvidenceKind[list[float]] = EvidenceKind("host_ms", "the steps' host time, ms")
 
 KINDS: dict[str, EvidenceKind[Any]] = {kind.key: kind for kind in (
-    TABLE, TOP_STACKS, TOP_WORKER_STACKS, COLD_START, TORCH_TRACE, RANKS, STEP_MS, DATA_WAIT_MS, EPOCH_STARTS,
+    TABLE, TOP_STACKS, TOP_WORKER_STACKS, COLD_START, TORCH_TRACE, RANKS, JOB, STEP_MS, DATA_WAIT_MS, EPOCH_STARTS,
     INPUT_PHASE, MAIN_CATEGORIES, WORKER_CATEGORIES, SAMPLES, RSS_MB, MAIN_CPU_CORES, WORKER_CPU_CORES,
     PER_PROCESS_CORES, ROWS, RSS, CENSUS, GROWING, KEPT_BY, BREAKDOWN, MESSAGE, CUDA, LIMITS, GPU, GPU_USED, GPUS,
     DEVICES_FROM, STATE, TOP_OPS, CONFIG, FRAMES, REASONS, COMPILED_MS, EAGER_MS, TURNS, DEVICE_MS, HOST_MS)}

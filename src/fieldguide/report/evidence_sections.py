@@ -113,14 +113,23 @@ def cold_start(f: Findings) -> list[Section]:
     return sections
 
 
-@renders(ev.RANKS, place=APPENDIX)
+@renders(ev.RANKS, ev.JOB, place=APPENDIX)
 def ranks(f: Findings) -> list[Section]:
-    """Each rank's step, own work and waits, where the walk compared ranks."""
+    """Each rank's step, own work and waits where the walk measured ranks (one rank of a larger
+    job too), and which job they belong to."""
     rows = f.ranks or f.first_of(ev.RANKS) or []
-    if len(rows) < 2:
+    job = f.job or f.first_of(ev.JOB)
+    if not rows:
         return []
-    columns = ("rank", "host", "step_ms", "own_ms", "data_wait", "collective_wait", "verdict")
-    return [Heading(2, "Ranks"),
+    columns = ("rank", "node_rank", "host", "step_ms", "own_ms", "data_wait", "collective_wait", "verdict")
+    said = []
+    if job:
+        remote = job["world_size"] - len(rows)
+        said = [Paragraph((Span(f"Job {job.get('id') or '(no run id)'}, rendezvous {job.get('master') or 'n/a'}, "
+                                f"{job['world_size']} ranks: {len(rows)} here"
+                                + (f", {remote} on other nodes (merge every node's report: "
+                                   "fieldguide report merge)" if remote > 0 else "") + "."),))]
+    return [Heading(2, "Ranks"), *said,
             Table(columns, tuple(tuple(Cell(_percent(r.get(c)) if c.endswith("_wait") else format_value(r.get(c)))
                                        for c in columns) for r in rows))]
 

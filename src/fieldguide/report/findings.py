@@ -14,7 +14,7 @@ from fieldguide import __version__
 from fieldguide.errors import FieldguideError
 from fieldguide.measurement import format_value
 from fieldguide.probes import evidence as ev
-from fieldguide.probes.evidence import ColdStart, EvidenceKind, RankRow, StackShare
+from fieldguide.probes.evidence import ColdStart, EvidenceKind, JobIdentity, RankRow, StackShare
 from fieldguide.report.redact import redact_argv, redact_env, redact_text, redact_tree
 from fieldguide.report.vocabulary import ACTIONS, VERDICTS
 from fieldguide.walk.engine import DEPARTURE, Walk
@@ -145,7 +145,9 @@ class Findings:
     `cold_start`: a launched job's start taken apart (fieldguide/analysis/coldstart.py): `phases`, each
     {phase, title, start_s, seconds} from the process start on, consecutive, and `total_s`, the
     wall time to steady state; `steady_step` the step from which steps stay within 10% of the median.
-    `ranks`: per rank of a multi-rank job: rank, pid, host, step_ms, data_wait, collective_wait, verdict.
+    `ranks`: per rank of a multi-rank job: rank, node_rank, pid, host, step_ms, own_ms, data_wait,
+    collective_wait, verdict; one local rank of a larger job included.
+    `job`: which multi-rank job (`id`, `master`, `world_size`): `report merge` joins one job's reports.
     """
 
     playbook: str
@@ -167,6 +169,7 @@ class Findings:
     experiments: list[dict[str, Any]] = field(default_factory=list)
     cold_start: ColdStart | None = None
     ranks: list[RankRow] = field(default_factory=list)
+    job: JobIdentity | None = None
     # The CPU contention over the walk's windows (probes/contention.py `summarize`), and the CPU
     # seconds fieldguide itself used (its samplers included).
     contention: dict[str, Any] = field(default_factory=dict)
@@ -200,6 +203,8 @@ class Findings:
             data["cold_start"] = self.cold_start
         if self.ranks:
             data["ranks"] = self.ranks
+        if self.job:
+            data["job"] = self.job
         if self.contention:
             data["contention"] = self.contention
         if self.self_cpu_s is not None:
@@ -246,6 +251,7 @@ class Findings:
                    log_tail=data.get("log_tail", []), evidence=data.get("evidence", {}),
                    units=data.get("units", {}), reruns=reruns, exit=ended or None, experiments=experiments,
                    cold_start=cast(ColdStart, cold_start) if cold_start else None, ranks=ranks,
+                   job=cast(JobIdentity, data["job"]) if isinstance(data.get("job"), dict) else None,
                    contention=dict(data.get("contention") or {}) if isinstance(data.get("contention"), dict) else {},
                    self_cpu_s=data.get("self_cpu_s") if isinstance(data.get("self_cpu_s"), (int, float)) else None)
 

@@ -19,7 +19,7 @@ from fieldguide.calibrate.cache import lookup_for_this_machine
 from fieldguide.host.samplers import own_cpu_seconds
 from fieldguide.playbook import Playbook
 from fieldguide.probes.contention import describe, summarize
-from fieldguide.probes.evidence import RANKS
+from fieldguide.probes.evidence import JOB, RANKS
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
 from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
 from fieldguide.walk.engine import NodeResult, Walk
@@ -153,6 +153,8 @@ class Session:
         findings.exit = ending
         findings.ranks = next((list(rows) for r in self.walk.path
                                if r.measurement is not None and (rows := RANKS.of(r.measurement.evidence))), [])
+        findings.job = next((job for r in self.walk.path
+                             if r.measurement is not None and (job := JOB.of(r.measurement.evidence))), None)
         findings.cold_start = self.cold_start()
         findings.contention = summarize(self.runner.windows)
         findings.self_cpu_s = round(own_cpu_seconds() - self._cpu_at_start, 2)

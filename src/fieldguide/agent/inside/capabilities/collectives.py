@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -36,15 +37,46 @@ RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"
             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
-def rank_identity() -> dict[str, str]:
-    """This process's place in a multi-rank job, from what torchrun / srun put in its environment."""
-    identity = {k: os.environ[k] for k in RANK_ENV if k in os.environ}
-    if "RANK" not in identity and "SLURM_PROCID" in os.environ and "WORLD_SIZE" in os.environ:
-        identity["RANK"] = os.environ["SLURM_PROCID"]
+# Slurm's names for the same facts, for ranks that `srun` starts itself (no torchrun): read where
+# torchrun's are missing, never over them.
+SLURM_ENV = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID",
+             "NODE_RANK": "SLURM_NODEID", "LOCAL_WORLD_SIZE": "SLURM_NTASKS_PER_NODE"}
+
+
+def job_identity(env: Mapping[str, str]) -> dict[str, str]:
+    """A process's place in a multi-rank job from its environment, whoever started it: torchrun's
+    variables (RANK, WORLD_SIZE, GROUP_RANK...), Lightning's (LOCAL_RANK and NODE_RANK, no RANK),
+    or Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_NODEID, SLURM_LOCALID) for ranks `srun` started
+    directly. RANK is filled in where it can be told; `JOB_ID` names the job (torchrun's run id,
+    else Slurm's job and step) and NODE_RANK the node (torchrun's GROUP_RANK, else NODE_RANK,
+    else SLURM_NODEID)."""
+    identity = {k: str(env[k]) for k in RANK_ENV if k in env}
+    for name, slurm in SLURM_ENV.items():
+        if name not in identity and env.get(slurm):
+            identity[name] = str(env[slurm]).split("(")[0]  # SLURM_NTASKS_PER_NODE may read "2(x3)"
+    if "NODE_RANK" not in identity and "GROUP_RANK" in identity:
+        identity["NODE_RANK"] = identity["GROUP_RANK"]
+    if env.get("TORCHELASTIC_RUN_ID"):
+        identity["JOB_ID"] = str(env["TORCHELASTIC_RUN_ID"])
+    elif env.get("SLURM_JOB_ID"):
+        identity["JOB_ID"] = f"slurm-{env['SLURM_JOB_ID']}" + (f".{env['SLURM_STEP_ID']}" if env.get("SLURM_STEP_ID") else "")
     rank = global_rank(identity)
     if rank is not None:
         identity["RANK"] = str(rank)
     return identity
+
+
+def node_rank_of(identity: Mapping[str, Any]) -> int | None:
+    """Which node of its job a rank is on (job_identity's NODE_RANK), None where not told."""
+    try:
+        return int(identity["NODE_RANK"]) if identity.get("NODE_RANK") not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def rank_identity() -> dict[str, str]:
+    """This process's place in a multi-rank job (job_identity of its own environment)."""
+    return job_identity(os.environ)
 
 
 SCHEDSTAT = "/proc/thread-self/schedstat"
