@@ -70,7 +70,7 @@ async def test_a_graph_break_is_shown_with_its_source_line(tmp_path: Path, apps)
         screen = app.screen
         assert screen.departure["cause"] == "compile.graph_breaks"
         text = evidence_text(screen)
-        assert "what was found" in text
+        assert "What compile.graph-breaks found" in text  # the report's section for it
         assert "prints.py:9" in text  # the print's line, in the user's file
         assert "Failed to trace builtin operator" in text
         await pilot.press("q")
