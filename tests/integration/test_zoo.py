@@ -67,9 +67,6 @@ SLOW_PLAYBOOKS = {"compile-regression": {"FIELDGUIDE_WORKLOAD_SECONDS": "200"}}
 # What each mode named for each workload in this run: where both ran, they must agree.
 NAMED: dict[str, dict[str, tuple[str, str | None]]] = {}
 
-# Reports of the straggler workload from this run's launch and attach walks: two runs that stand in
-# for two nodes' reports in the merge test below.
-STRAGGLER_REPORTS: dict[str, Path] = {}
 
 
 def diagnose(tmp_path: Path, playbook: str, *target: str) -> dict:
@@ -140,8 +137,6 @@ def test_launch(tmp_path: Path, want: workloads.Declaration) -> None:
 
     data = diagnose(tmp_path, want.playbook, "--", *workloads.command(want.name, sys.executable))
     assert_found(data, want)
-    if want.name in STRAGGLER_RANK:
-        STRAGGLER_REPORTS["launch"] = tmp_path / "report.json"
     assert data["target"]["kind"] == "launch"
     assert data["environment"]["torch"], "the agent reports torch's version"
     # Every launched walk takes the job's start apart: consecutive phases from the spawn on.
@@ -155,8 +150,6 @@ def test_attach(tmp_path: Path, want: workloads.Declaration, workload_process) -
     proc = workload_process(want.name)
     data = diagnose(tmp_path, want.playbook, "--pid", str(proc.pid))
     assert_found(data, want)
-    if want.name in STRAGGLER_RANK:
-        STRAGGLER_REPORTS["attach"] = tmp_path / "report.json"
     assert proc.poll() is None, "an attached job must keep running"
     assert data["target"]["kind"] == "attach"
     # No agent: the nodes that need it say so, and the walk goes on.
@@ -187,33 +180,6 @@ def test_a_target_that_exits_mid_walk_is_reported_not_a_crash(tmp_path: Path) ->
     skipped = [step for step in data["path"] if step["status"] == "skip"]
     assert all("exited" in step["note"] for step in skipped), skipped
     assert ("not measured on this target" in data["note"]) == bool(skipped), data["note"]
-
-
-def test_report_merge_of_two_runs_names_the_straggler(tmp_path: Path, workload_process) -> None:
-    """Two real reports of a 2-rank job (the launch and attach walks above, else made here), merged
-    as two nodes' would be: every rank of both, and the straggler named."""
-    import sys
-
-    name = next(iter(STRAGGLER_RANK))
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    if "launch" not in STRAGGLER_REPORTS:
-        diagnose(tmp_path / "a", "slow-training", "--", *workloads.command(name, sys.executable))
-        STRAGGLER_REPORTS["launch"] = tmp_path / "a" / "report.json"
-    if "attach" not in STRAGGLER_REPORTS:
-        diagnose(tmp_path / "b", "slow-training", "--pid", str(workload_process(name).pid))
-        STRAGGLER_REPORTS["attach"] = tmp_path / "b" / "report.json"
-    out = tmp_path / "merged.json"
-    proc = run_fieldguide("report", "merge", str(STRAGGLER_REPORTS["launch"]), str(STRAGGLER_REPORTS["attach"]),
-                          "--format", "json", "-o", str(out), timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    merged = json.loads(out.read_text())
-    assert len(merged["ranks"]) == 4 and merged["verdict"] == "departure"
-    assert merged["straggler"]["rank"] == STRAGGLER_RANK[name], merged["straggler"]
-    assert [c["cause"] for c in merged["causes"]] == ["dist.straggler"], merged["causes"]
-    html = run_fieldguide("report", "merge", str(STRAGGLER_REPORTS["launch"]), str(STRAGGLER_REPORTS["attach"]),
-                          "--format", "html", timeout=30)
-    assert html.returncode == 0 and "<script" not in html.stdout and "dist.straggler" in html.stdout
 
 
 def test_launch_and_attach_agree_on_every_workload_walked_both_ways() -> None:

@@ -133,10 +133,10 @@ def test_all_clean_is_clean_and_any_inconclusive_is_inconclusive(tmp_path: Path,
 def test_markdown_and_html(two_nodes: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "merge", *map(str, two_nodes)]) == 0  # md by default
     md = capsys.readouterr().out
-    assert "| host | rank | pid | verdict | cause | step ms | own ms | data wait | collective wait |" in md
-    assert "| node-a | 1 | 101 | slowest own work: input-bound | dist.straggler | 245 | 154 | 48% | 37% |" in md
+    assert "| host | node rank | rank | pid | verdict | cause | step ms | own ms | data wait | collective wait |" in md
+    assert "| node-a | n/a | 1 | 101 | slowest own work: input-bound | dist.straggler | 245 | 154 | 48% | 37% |" in md
     assert "Straggler: rank 1 on node-a" in md
-    assert "| node-b | 2 | 102 | clean | device.compute_bound | 245 |" in md
+    assert "| node-b | n/a | 2 | 102 | clean | device.compute_bound | 245 |" in md
     out = tmp_path / "out" / "job.html"
     assert main(["report", "merge", *map(str, two_nodes), "--format", "html", "-o", str(out)]) == 0
     assert capsys.readouterr().out == ""
@@ -200,3 +200,75 @@ def test_ranks_that_all_wait_are_no_straggler_across_nodes(tmp_path: Path, capsy
     b = report(conclusion="device.compute_bound", ranks=[rank(2, "b", 200.0, 0.61), rank(3, "b", 200.0, 0.44)])
     out = merged_json([write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)], capsys)
     assert out["straggler"] is None and out["causes"] == []
+
+
+def with_job(data: dict[str, Any], world: int, run_id: str = "job-1", master: str = "10.0.0.1:29500",
+             node: int | None = None) -> dict[str, Any]:
+    data["job"] = {"id": run_id, "master": master, "world_size": world}
+    for r in data.get("ranks") or []:
+        r["node_rank"] = node
+    return data
+
+
+@pytest.mark.parametrize(("make_b", "needle"), [
+    (lambda: {**report(conclusion="device.compute_bound", ranks=[rank(2, "b", 100.0, 0.1), rank(3, "b", 100.0, 0.1)]),
+              "playbook": "oom"}, "a slow-training report and"),
+    (lambda: with_job(report(conclusion="device.compute_bound", ranks=[rank(2, "b", 100.0, 0.1),
+                                                                       rank(3, "b", 100.0, 0.1)]), 4, run_id="job-2"),
+     "different jobs (run id job-1 and job-2)"),
+    (lambda: with_job(report(conclusion="device.compute_bound", ranks=[rank(2, "b", 100.0, 0.1),
+                                                                       rank(3, "b", 100.0, 0.1)]), 4,
+                      master="10.0.0.9:29500"), "different jobs (rendezvous"),
+    (lambda: with_job(report(conclusion="device.compute_bound", ranks=[rank(1, "b", 100.0, 0.1),
+                                                                       rank(3, "b", 100.0, 0.1)]), 4),
+     "both hold rank 1"),
+    (lambda: with_job(report(conclusion="device.compute_bound", ranks=[rank(2, "b", 100.0, 0.1),
+                                                                       rank(3, "b", 100.0, 0.1)]), 6),
+     "the job has 6 ranks and these reports hold 4: ranks 4, 5 are missing"),
+])
+def test_reports_that_are_not_one_jobs_nodes_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        make_b: Any, needle: str) -> None:
+    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 100.0, 0.1), rank(1, "a", 100.0, 0.1)]), 4)
+    assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", make_b()))]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_one_jobs_nodes_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 100.0, 0.1), rank(1, "a", 100.0, 0.1)]),
+                 4, node=0)
+    b = with_job(report(conclusion="device.compute_bound", ranks=[rank(2, "b", 100.0, 0.1), rank(3, "b", 100.0, 0.1)]),
+                 4, node=1)
+    assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b)),
+                 "--format", "json"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["verdict"] == "clean" and merged["slow_node"] is None and merged["straggler"] is None
+
+
+def test_a_slow_node_is_named_first_with_its_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Node 1's two ranks each do 34 ms of their own work a step; node 0's do 5 ms and wait for them.
+    # Each node alone looks even: two equally slow ranks are no straggler among themselves.
+    a = with_job(report(cause="dist.waits_on_remote_ranks", ranks=[rank(0, "h", 40.0, 0.875), rank(1, "h", 40.0, 0.88)]),
+                 4, node=0)
+    b = with_job(report(cause="input.cpu_bound", ranks=[rank(2, "h", 40.0, 0.15), rank(3, "h", 40.0, 0.16)]), 4, node=1)
+    assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b)),
+                 "--format", "json"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    node = merged["slow_node"]
+    assert node["node"] == "node 1" and node["ranks"] == [2, 3] and node["own_work_ratio"] > 6
+    assert merged["causes"][0]["cause"] == "dist.slow_node"
+    assert {r["rank"] for r in merged["causes"][0]["ranks"]} == {2, 3}
+    assert main(["report", "merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--format", "md"]) == 0
+    text = capsys.readouterr().out
+    assert text.index("Slow node: node 1 (h), ranks 2, 3") < text.index("dist.waits_on_remote_ranks")
+
+
+def test_a_rank_one_point_three_times_slower_whose_peers_wait_is_named(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # Rank 1 sleeps 50 ms a step (its own work 1.3x the others'); rank 0 waits 23 points more than it.
+    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 217.0, 0.25)]), 2, node=0)
+    b = with_job(report(conclusion="device.compute_bound", ranks=[rank(1, "b", 217.0, 0.02)]), 2, node=1)
+    assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b)),
+                 "--format", "json"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["straggler"]["rank"] == 1 and merged["slow_node"]["ranks"] == [1]

@@ -33,9 +33,10 @@ from fieldguide.report.section_types import (
 from fieldguide.safewrite import write_text
 
 STRAGGLER = "dist.straggler"
+SLOW_NODE = "dist.slow_node"
 # The node whose expectation judges the ranks of the whole job, as it judges one node's.
 PACE_NODE = ("slow-training", "dist.ranks")
-COLUMNS = ("host", "rank", "pid", "verdict", "cause", "step ms", "own ms", "data wait", "collective wait")
+COLUMNS = ("host", "node rank", "rank", "pid", "verdict", "cause", "step ms", "own ms", "data wait", "collective wait")
 
 
 def expand_report_path(path: Path, host: str | None = None) -> Path:
@@ -57,7 +58,9 @@ def merge_command(paths: list[Path], fmt: str, output: Path | None) -> int:
         if path.resolve() in seen:
             raise FieldguideError(f"report merge: {path} is given twice")
         seen.add(path.resolve())
-    merged = merge([(str(path), load(path)) for path in paths])
+    reports = [(str(path), load(path)) for path in paths]
+    check_together(reports)
+    merged = merge(reports)
     text = render_merged(merged, fmt)
     if output is None:
         print(text, end="")
@@ -67,6 +70,41 @@ def merge_command(paths: list[Path], fmt: str, output: Path | None) -> int:
     except OSError as err:
         raise FieldguideError(f"cannot write {output}: {err.strerror or err}") from None
     return 0
+
+
+def _rank_numbers(f: Findings) -> set[int]:
+    return {int(r["rank"]) for r in f.ranks if isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool)}
+
+
+def check_together(reports: list[tuple[str, Findings]]) -> None:
+    """FieldguideError (one line, exit 2) for reports that are not the nodes of one job's walk:
+    different playbooks, different jobs (run id or rendezvous), one node's ranks in two reports, or
+    fewer ranks than the job's world size says (a node's report missing)."""
+    (first, f0), *rest = reports
+    for path, f in rest:
+        if f.playbook != f0.playbook:
+            raise FieldguideError(f"report merge: {first} is a {f0.playbook} report and {path} a {f.playbook} one: "
+                                  "merge the reports of one playbook's walks of one job")
+    jobs: list[tuple[str, dict[str, Any]]] = [(path, dict(f.job)) for path, f in reports if f.job]
+    for key, what in (("id", "run id"), ("master", "rendezvous")):
+        told = [(path, job[key]) for path, job in jobs if job.get(key)]
+        if len({value for _, value in told}) > 1:
+            a, va = told[0]
+            b, vb = next((path, value) for path, value in told if value != va)
+            raise FieldguideError(f"report merge: {a} and {b} are of different jobs ({what} {va} and {vb})")
+    owner: dict[int, str] = {}
+    for path, f in reports:
+        for number in sorted(_rank_numbers(f)):
+            if number in owner:
+                raise FieldguideError(f"report merge: {owner[number]} and {path} both hold rank {number}: "
+                                      "the same node twice, or reports of two runs")
+            owner[number] = path
+    worlds = {job["world_size"] for _, job in jobs if isinstance(job.get("world_size"), int)}
+    if worlds and owner and len(owner) < max(worlds):
+        missing = sorted(set(range(max(worlds))) - set(owner))
+        shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
+        raise FieldguideError(f"report merge: the job has {max(worlds)} ranks and these reports hold {len(owner)}: "
+                              f"ranks {shown} are missing (add the reports of their nodes)")
 
 
 def load(path: Path) -> Findings:
@@ -124,7 +162,8 @@ def _rank_rows(path: str, f: Findings, host: str) -> list[dict[str, Any]]:
             own = step * (1.0 - wait)
         # A straggler departure belongs to the rank it names; any other cause to every rank.
         mine = r.get("cause") or ("" if cause == STRAGGLER and named != _number(r.get("rank")) else cause or "")
-        rows.append({"report": path, "host": str(r.get("host") or host), "rank": r.get("rank"), "pid": r.get("pid"),
+        rows.append({"report": path, "host": str(r.get("host") or host), "rank": r.get("rank"),
+                     "node_rank": r.get("node_rank"), "pid": r.get("pid"),
                      "step_ms": step, "own_ms": own, "data_wait": _number(r.get("data_wait")), "collective_wait": wait,
                      "verdict": str(r.get("verdict") or f.verdict), "cause": mine, "conclusion": f.conclusion})
     return rows
@@ -158,6 +197,52 @@ def _straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
             "found_by_merge": found and chosen is slowest and not chosen["cause"]}
 
 
+def _node_key(row: dict[str, Any]) -> tuple[str, str]:
+    """Which node a rank ran on: its node rank with its host (several "nodes" may share one host),
+    else the report it came from (one fieldguide walks one node)."""
+    if row.get("node_rank") is not None:
+        return (f"node {row['node_rank']}", row["host"])
+    return (row["host"], row["report"])
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known and len(known) == len(values) else None
+
+
+def _least(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return min(known) if known and len(known) == len(values) else None
+
+
+def _slow_node(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The node whose ranks' own work sets the job's pace, by the same rule as a straggler rank
+    (the playbook's dist.ranks expectation) applied to the nodes: each node's least own work (its
+    fastest rank's) against the other nodes' median, while their ranks wait (each node's median
+    wait). None with one node, or none slower."""
+    nodes: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in ranks:
+        if row["collective_wait"] is not None:
+            nodes.setdefault(_node_key(row), []).append(row)
+    if len(nodes) < 2:
+        return None
+    keys = list(nodes)
+    # A node is slow as a whole when even its fastest rank does more of its own work than the other
+    # nodes' ranks: one straggling rank among waiting ones is a straggler, not a slow node.
+    own = [_least([r["own_ms"] for r in nodes[k]]) for k in keys]
+    waits = [_median([r["collective_wait"] for r in nodes[k]]) for k in keys]
+    found = pace(own, waits)
+    if found is None or found.own_work_ratio is None:
+        return None
+    values = {"own_work_ratio": round(found.own_work_ratio, 3), "others_wait_fraction": round(found.others_wait, 4),
+              "wait_gap": round(found.wait_gap, 4)}
+    if _pace_holds(values):
+        return None
+    slow = nodes[keys[found.slowest]]
+    return {"node": keys[found.slowest][0], "host": slow[0]["host"], "node_rank": slow[0].get("node_rank"),
+            "ranks": [r["rank"] for r in slow], "reports": sorted({r["report"] for r in slow}), **values}
+
+
 def _pace_holds(values: dict[str, Any]) -> bool:
     """The slow-training playbook's dist.ranks expectation on the job's ranks (no copy of its bounds)."""
     from fieldguide.playbook import find_playbook
@@ -177,7 +262,9 @@ def merge(reports: list[tuple[str, Findings]]) -> dict[str, Any]:
         ranks += rows
         steps = [r["step_ms"] for r in rows if r["step_ms"] is not None]
         cause = f.first_departure["cause"] if f.first_departure else None
-        nodes.append({"report": path, "host": host, "playbook": f.playbook, "verdict": f.verdict,
+        node_ranks = {r["node_rank"] for r in rows if r.get("node_rank") is not None}
+        nodes.append({"report": path, "host": host, "node_rank": node_ranks.pop() if len(node_ranks) == 1 else None,
+                      "playbook": f.playbook, "verdict": f.verdict,
                       "cause": cause, "conclusion": f.conclusion, "ranks": len(rows), "created": f.created,
                       "step_ms": round(statistics.median(steps), 3) if steps else None})
         if cause:
@@ -186,6 +273,12 @@ def merge(reports: list[tuple[str, Findings]]) -> dict[str, Any]:
             entry["reports"].append(path)
             entry["hosts"] = sorted({*entry["hosts"], host})
             entry["ranks"] += [{"host": r["host"], "rank": r["rank"]} for r in rows if r["cause"] == cause]
+    slow_node = _slow_node(ranks)
+    if slow_node:  # first in the merged verdict: the node, with its ranks
+        causes = {SLOW_NODE: {"cause": SLOW_NODE, "title": "One node's ranks set the job's pace",
+                              "reports": slow_node["reports"], "hosts": [slow_node["host"]],
+                              "ranks": [{"host": slow_node["host"], "rank": r} for r in slow_node["ranks"]]},
+                  **causes}
     straggler = _straggler(ranks)
     if straggler and straggler["found_by_merge"]:
         causes.setdefault(STRAGGLER, {"cause": STRAGGLER, "title": "One rank's own work sets the job's pace",
@@ -196,7 +289,8 @@ def merge(reports: list[tuple[str, Findings]]) -> dict[str, Any]:
     verdict = ("departure" if causes or "departure" in verdicts else
                "inconclusive" if "inconclusive" in verdicts else "clean")
     return {"fieldguide_version": __version__, "created": utc_now(), "merged_from": [p for p, _ in reports],
-            "verdict": verdict, "causes": list(causes.values()), "straggler": straggler, "nodes": nodes,
+            "verdict": verdict, "causes": list(causes.values()), "slow_node": slow_node, "straggler": straggler,
+            "nodes": nodes,
             "ranks": ranks}
 
 
@@ -225,6 +319,12 @@ def _lines(merged: dict[str, Any]) -> tuple[str, list[str]]:
     n_nodes, n_ranks = len(merged["nodes"]), len(merged["ranks"])
     head = f"{merged['verdict']}: {n_nodes} reports, {n_ranks} ranks"
     said = [f"{c['cause']}: {c['title']} ({_where(c)})" for c in merged["causes"]]
+    node = merged.get("slow_node")
+    if node:
+        ranks = ", ".join(map(str, node["ranks"]))
+        said.insert(0, f"Slow node: {node['node']} ({node['host']}), rank{'s' if len(node['ranks']) > 1 else ''} {ranks}: its "
+                       f"ranks' own work is {node['own_work_ratio']:.2f}x the other nodes', whose ranks wait "
+                       f"{node['others_wait_fraction']:.0%} or more of their step")
     s = merged["straggler"]
     if s:
         how = ["named by " + ", ".join(s["named_by"])] if s["named_by"] else []
@@ -240,7 +340,7 @@ def merged_sections(merged: dict[str, Any]) -> list[Section]:
     """The merged view as report sections. Hosts, paths and causes come from the reports' files:
     each format shows them as they are, never as markup."""
     head, said = _lines(merged)
-    node_columns = ("host", "verdict", "cause", "ranks", "step ms", "report")
+    node_columns = ("host", "node rank", "verdict", "cause", "ranks", "step ms", "report")
 
     def table(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> Table:
         return Table(columns, tuple(tuple(Cell(_cell(r, c)) for c in columns) for r in rows))
