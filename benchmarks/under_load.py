@@ -1,6 +1,6 @@
 """Whether a verdict survives a busy machine: the zoo and the shared cases walked quiet and under load.
 
-usage: python benchmarks/under_load.py [--set zoo|cases|both] [--conditions quiet,busy-core,two-walks,neighbour]
+usage: python benchmarks/under_load.py [--set zoo|cases|both] [--conditions quiet,busy-core,two-walks,neighbour,oversubscribed]
                                       [--repeat 1] [--only NAME ...] [--modes launch,attach]
                                       [--cases-manifest ../shared/cases/cases.toml] [--json OUT]
 
@@ -10,7 +10,9 @@ Conditions:
 - two-walks: every walk runs beside a second walk of the same target kind (two engineers
   diagnosing at once, or two ranks' walks);
 - neighbour: a CPU-bound training job whose DataLoader workers fill the cores runs beside
-  (the zoo's loader_augment_workers: two workers, as many as this project's 2-core machines have).
+  (the zoo's loader_augment_workers: two workers, as many as this project's 2-core machines have);
+- oversubscribed: five busy loops, not pinned (on 2 cores beside a 2-rank job, a thread of the
+  job waits for a core over half of each window).
 
 Each walk is scored against what its workload (or case) declares: right; a flip (a confident
 wrong answer: another cause, a cause for a healthy job, clean for a faulty one); or can't tell
@@ -40,7 +42,8 @@ FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
 # starved loader and the healthy one in both modes. `--only` picks others.
 ZOO = ("loader_remote_reads", "loader_decode_cpu", "checkpoint_every_step", "tiny_ops_loop", "healthy_mlp",
        "worker_restart_epochs", "leak_cache_dict")
-CONDITIONS = ("quiet", "busy-core", "two-walks", "neighbour")
+CONDITIONS = ("quiet", "busy-core", "two-walks", "neighbour", "oversubscribed")
+OVERSUBSCRIBING_LOOPS = 5  # unpinned busy loops: with a 2-rank job, about 3.5 runnable threads per core
 SPIN = "import os\nos.sched_setaffinity(0, {%d})\nwhile True:\n    pass\n"
 
 
@@ -51,6 +54,9 @@ def condition(name: str) -> Iterator[None]:
     if name == "busy-core":
         core = min(os.sched_getaffinity(0))
         procs.append(subprocess.Popen([sys.executable, "-c", SPIN % core], start_new_session=True))
+    elif name == "oversubscribed":
+        procs += [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"], start_new_session=True)
+                  for _ in range(OVERSUBSCRIBING_LOOPS)]
     elif name == "neighbour":
         from fieldguide import workloads
 

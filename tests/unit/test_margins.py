@@ -241,3 +241,16 @@ def test_a_clear_departure_on_a_busy_box_is_still_judged():
     expect = parse_expectation({"data_wait_fraction": {"below": 0.1}})
     assert m.margins["data_wait_fraction"] == pytest.approx(base * 1.33, abs=1e-4)
     assert expect.straddles(m.values, m.margins) == []
+
+
+def test_a_longer_window_an_earlier_node_took_is_not_said_to_be_measured_again(slow_training):
+    class Cached(WindowedMeasure):
+        def __call__(self, option: Any) -> Measurement:
+            found = super().__call__(option)
+            found.reused = option.probe == "loop.steps" and option.params.get("seconds") == 12.0
+            return found
+
+    walk = _walk(slow_training, Cached({6.0: (0.09, 0.03), 12.0: (0.04, 0.02)}))
+    note = _node(walk, "input.data-wait").note
+    assert "the longer window an earlier node already took: the first window's data_wait_fraction 0.09" in note
+    assert "measured again over" not in note

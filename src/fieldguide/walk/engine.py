@@ -128,8 +128,9 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
                     first = _plus_minus(close[0], measured, measurement.margins)
                     measurement, held = again, held_again
                     measured = {n: again.values.get(n) for n in names}
-                    reasons.append(f"measured again over {again.seconds:.0f} s: the first window's "
-                                   f"{first} was within its uncertainty of the threshold")
+                    longer = ("the longer window an earlier node already took" if again.reused
+                              else f"measured again over {again.seconds:.0f} s")
+                    reasons.append(f"{longer}: the first window's {first} was within its uncertainty of the threshold")
                     close = expect.straddles(again.values, again.margins)
             if close:
                 return NodeResult(node=node.id, status=SKIP, measured=measured, expected=expect.describe(),
