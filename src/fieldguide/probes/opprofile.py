@@ -24,6 +24,7 @@ class OpProfile(AgentProbe):
     values = {"ops_per_step": "", "median_op_us": "us", "op_time_fraction": "fraction",
               "profiled_steps": "", "profiled_step_ms": "ms", "loader_fraction": "fraction",
               "overhead_fraction": "fraction", "overhead_detail": "", "bookkeeping_fraction": "fraction",
+              "ranks_wait_fraction": "fraction",
               "bookkeeping_at": ""}
     # From the walk's stack window: how much of the overhead is a framework's own code, and where.
     BOOKKEEPING_SHOWN = 0.1
@@ -49,6 +50,7 @@ class OpProfile(AgentProbe):
             "profiled_step_ms": round(profile["wall_s"] * 1000 / max(profile["steps"], 1), 2),
             "loader_fraction": profile["loader_fraction"],
             "overhead_fraction": 1.0 - profile["op_time_fraction"],
+            "ranks_wait_fraction": profile.get("ranks_wait_fraction"),
         }
         window = stack_window(ctx)
         values["bookkeeping_fraction"] = window.get("bookkeeping_fraction") if window else None
@@ -61,4 +63,4 @@ class OpProfile(AgentProbe):
         values["overhead_detail"] = detail
         return self.measurement(values=values, evidence={"top_ops": profile["top_ops"]}, seconds=elapsed,
                                 provenance=f"torch.profiler (CPU{' + CUDA' if profile.get('device_time_us') else ''}) "
-                                           f"over {profile['steps']} steps; outermost aten ops, DataLoader time excluded")
+                                           f"over {profile['steps']} steps; outermost aten ops, DataLoader time and the wait for other ranks excluded")

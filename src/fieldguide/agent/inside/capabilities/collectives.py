@@ -124,6 +124,7 @@ class Collectives(Capability):
         identity = rank_identity()
         self.active = int(identity.get("WORLD_SIZE", "1") or 1) > 1
         self.collective_s = self.backward_wait_s = self.backward_s = 0.0
+        self.waited_total_s = 0.0  # every wait for the other ranks so far, never reset (the op profile's window)
         self.calls = 0
         self.depth = 0  # a collective that calls another (all_gather_object) is counted once
         self.torch: ModuleType | None = None
@@ -185,8 +186,9 @@ class Collectives(Capability):
             finally:
                 capability.depth -= 1
                 if capability.depth == 0:
-                    waited = time.monotonic() - started - (run_queue_seconds() - queued)
-                    capability.collective_s += max(waited, 0.0)
+                    waited = max(time.monotonic() - started - (run_queue_seconds() - queued), 0.0)
+                    capability.collective_s += waited
+                    capability.waited_total_s += waited
                     capability.calls += 1
 
         collective.__wrapped__ = original  # type: ignore[attr-defined]
@@ -206,7 +208,9 @@ class Collectives(Capability):
                 wall, cpu = time.monotonic() - wall, time.thread_time() - cpu
                 capability.backward_s += wall
                 if not capability.cuda_in_use():  # off the CPU, less the time it waited for a core
-                    capability.backward_wait_s += max(wall - cpu - (run_queue_seconds() - queued), 0.0)
+                    waited = max(wall - cpu - (run_queue_seconds() - queued), 0.0)
+                    capability.backward_wait_s += waited
+                    capability.waited_total_s += waited
 
         backward.__wrapped__ = base  # type: ignore[attr-defined]
         torch.autograd.backward = backward

@@ -27,6 +27,7 @@ class OpProfile(Capability):
         self.profiler: Any = None
         self.steps_left = 0
         self.t0 = 0.0
+        self.waited_at_start = 0.0
 
     def on_request(self, name: str, request_id: Any, params: dict[str, Any]) -> None:
         with self.lock:
@@ -83,11 +84,13 @@ class OpProfile(Capability):
             self.agent.remove_step_listener(self)
             return
         self.profiler, self.profiled, self.steps_left, self.t0 = profiler, request, request["steps"], time.monotonic()
+        self.waited_at_start = self.ranks_waited()
 
     def end(self) -> None:
         profiler, self.profiler = self.profiler, None
         self.agent.remove_step_listener(self)
         wall = time.monotonic() - self.t0
+        waited = max(self.ranks_waited() - self.waited_at_start, 0.0)
         request = self.profiled
         try:
             profiler.__exit__(None, None, None)
@@ -95,11 +98,17 @@ class OpProfile(Capability):
             self.agent.fail(request["id"], f"torch.profiler failed: {err!r}")
             return
         # Reading the events is slow: do it off the training thread.
-        threading.Thread(target=self.send_profile, args=(profiler, request, wall), daemon=True).start()
+        threading.Thread(target=self.send_profile, args=(profiler, request, wall, waited), daemon=True).start()
 
-    def send_profile(self, profiler: Any, request: dict[str, Any], wall: float) -> None:
+    def ranks_waited(self) -> float:
+        """Seconds the training thread has waited for the other ranks of a multi-rank job so far
+        (the collectives capability's running total; 0 for one process)."""
+        collectives = self.agent.capabilities.get("collectives")
+        return float(getattr(collectives, "waited_total_s", 0.0) or 0.0)
+
+    def send_profile(self, profiler: Any, request: dict[str, Any], wall: float, waited: float = 0.0) -> None:
         try:
-            self.agent.reply(request["id"], {"profile": summarize_profile(profiler, request["steps"], wall)})
+            self.agent.reply(request["id"], {"profile": summarize_profile(profiler, request["steps"], wall, waited)})
         except Exception as err:
             self.agent.fail(request["id"], f"could not read the profile: {err!r}")
 
@@ -144,12 +153,13 @@ class DeviceActivity:
                 "copy_fraction": min(self.copy_us / wall_us, 1.0)}
 
 
-def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
+def summarize_profile(profiler: Any, steps: int, wall: float, ranks_waited: float = 0.0) -> dict[str, Any]:
     """Ops per step, median op time, and the share of step time inside ops.
 
     "Ops" are the outermost aten:: calls (an op's own children are part of it);
     DataLoader time is taken out of the wall time so that input waits do not
-    read as framework overhead.
+    read as framework overhead; so is `ranks_waited`, the seconds the training thread
+    waited in collectives for the other ranks of a multi-rank job.
     """
     outer: list[tuple[str, float]] = []
     regions: dict[str, int] = {}  # compiled graphs run, by compile id ("1/0"): breaks show here
@@ -185,7 +195,7 @@ def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
             outer.append((name, event.cpu_time_total))
     durations = sorted(d for _, d in outer)
     op_us = sum(durations)
-    compute_wall_us = max(wall * 1e6 - loader_us, 1.0)
+    compute_wall_us = max(wall * 1e6 - loader_us - ranks_waited * 1e6, 1.0)
     by_name: dict[str, tuple[float, int]] = {}
     for name, d in outer:
         total, count = by_name.get(name, (0.0, 0))
@@ -199,6 +209,7 @@ def summarize_profile(profiler: Any, steps: int, wall: float) -> dict[str, Any]:
         "median_op_us": durations[len(durations) // 2] if durations else None,
         "op_time_fraction": min(op_us / compute_wall_us, 1.0),
         "loader_fraction": min(loader_us / max(wall * 1e6, 1.0), 1.0),
+        "ranks_wait_fraction": min(ranks_waited * 1e6 / max(wall * 1e6, 1.0), 1.0),
         "device_time_us": device_us or None,
         "compiled_regions": regions,
         **device.summary(steps, wall),
