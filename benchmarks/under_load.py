@@ -137,13 +137,21 @@ def zoo_rows(names: list[str], modes: list[str], twice: bool) -> list[dict]:
     return rows
 
 
-def case_rows(manifest: Path, modes: list[str], twice: bool) -> list[dict]:
-    """The shared cases through their own runner (its --json), scored the same way."""
+def case_rows(manifest: Path, modes: list[str], twice: bool, only: list[str] | None = None) -> list[dict]:
+    """The shared cases through their own runner (its --json, one run per `only` file), scored the same way."""
+    rows = []
+    for name in only or [None]:
+        rows += _case_run(manifest, modes, twice, name)
+    return rows
+
+
+def _case_run(manifest: Path, modes: list[str], twice: bool, only: str | None) -> list[dict]:
     runner = manifest.with_name("run.py")
     outs = [Path(tempfile.mkdtemp(prefix="fgload-")) / "cases.json" for _ in range(2 if twice else 1)]
     mode = modes[0] if len(modes) == 1 else "both"
     env = dict(os.environ, FIELDGUIDE=shlex.join(FIELDGUIDE))
-    procs = [subprocess.Popen([sys.executable, str(runner), str(manifest), "--mode", mode, "--json", str(out)],
+    picked = ["--only", only] if only else []
+    procs = [subprocess.Popen([sys.executable, str(runner), str(manifest), "--mode", mode, *picked, "--json", str(out)],
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for out in outs]
     for proc in procs:
         proc.wait()
@@ -201,7 +209,7 @@ def main() -> int:
                     if which == "zoo":
                         rows += zoo_rows(list(args.only or ZOO), modes, name == "two-walks")
                     else:
-                        rows += case_rows(args.cases_manifest, modes, name == "two-walks")
+                        rows += case_rows(args.cases_manifest, modes, name == "two-walks", args.only)
             results[key] = rows
             print(f"   {summary(rows)}", flush=True)
     print("\n## summary")
