@@ -392,3 +392,32 @@ def test_a_launched_ranks_producer_share_is_of_the_time_its_thread_could_run(mon
     assert producer_share() == pytest.approx(0.45, abs=0.01)
     monkeypatch.setattr(contention, "main_thread_times", thread_times)
     assert producer_share() > 0.8
+
+
+def test_the_launched_ranks_window_opens_once_every_rank_has_done_its_first_steps() -> None:
+    """A rank still starting (importing, DDP's first all-reduce) while the other waits for it is no
+    steady step: the window waits until every rank has done WARMUP_STEPS steps."""
+    import threading
+    import time
+    import types
+
+    from fieldguide.probes.base import ProbeContext
+    from fieldguide.probes.dist import WARMUP_STEPS, RankComparison
+
+    fast = types.SimpleNamespace(steps_total=50)
+    slow = types.SimpleNamespace(steps_total=0)
+    agent = types.SimpleNamespace(ranks=lambda: [fast, slow])
+    ctx = ProbeContext(target=types.SimpleNamespace(alive=lambda: True))  # type: ignore[arg-type]
+
+    def starts() -> None:
+        time.sleep(0.3)
+        slow.steps_total = WARMUP_STEPS
+
+    threading.Thread(target=starts).start()
+    began = time.monotonic()
+    assert RankComparison._warm_ranks(ctx, agent, 5.0) == [fast, slow]
+    assert 0.25 <= time.monotonic() - began < 2.0
+    slow.steps_total = 0
+    began = time.monotonic()
+    RankComparison._warm_ranks(ctx, agent, 0.3)  # never warm: it gives up at the bound
+    assert time.monotonic() - began < 1.0

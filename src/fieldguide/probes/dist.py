@@ -38,6 +38,11 @@ RANK_SAMPLE_HZ = 20
 # Of the run-queue time taken out of a rank's wait as spent behind other processes, the share
 # added to its margin (waited_share).
 SPLIT_UNCERTAINTY = 0.25
+# As loop.steps leaves them out: a rank's first steps (DDP's first buckets, lazy init, a rank
+# still importing while the other waits in the first all-reduce) are no steady step. The window
+# opens once every rank has done these many, or after WARMUP_WAIT_S at most.
+WARMUP_STEPS = 3
+WARMUP_WAIT_S = 20.0
 SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
           "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
 
@@ -83,6 +88,8 @@ class RankComparison(Probe):
         if world <= 1:
             return self.measurement(values=dict(SINGLE), provenance="agent: the job's environment has no "
                                     "WORLD_SIZE above 1 (one process, nothing to compare)")
+        self.reading(ctx, status=f"waiting for {WARMUP_STEPS} steps on each rank")
+        conns = self._warm_ranks(ctx, agent, min(WARMUP_WAIT_S, max(ctx.budget_left / 4, 1.0))) or conns
         started = time.monotonic()
         threads_before = {c.pid: main_thread_times(c.pid) for c in conns if c.pid}
         seconds = max(1.0, min(seconds, ctx.budget_left))
@@ -120,6 +127,17 @@ class RankComparison(Probe):
             agent.prefer(slowest.pid)  # the rest of the walk measures the rank that sets the pace
             measured.provenance += f"; the nodes after this one measure rank {slowest.rank} (pid {slowest.pid})"
         return measured
+
+    @staticmethod
+    def _warm_ranks(ctx: ProbeContext, agent: Any, most: float) -> list[Any]:
+        """The ranks once every one has done WARMUP_STEPS steps (at most `most` seconds later)."""
+        deadline = time.monotonic() + most
+        conns = list(agent.ranks())
+        while conns and any(c.steps_total < WARMUP_STEPS for c in conns) and time.monotonic() < deadline:
+            if not ctx.sleep(0.1):
+                break
+            conns = list(agent.ranks())
+        return conns
 
     def _from_stacks(self, ctx: ProbeContext, ranks: list[dict[str, Any]], seconds: float) -> Measurement:
         started = time.monotonic()
