@@ -88,7 +88,7 @@ async def test_demo_walks_itself_to_the_departure_exports_and_remeasures(tmp_pat
 
         # the walk goes on by itself and stops at the first departure
         await wait_for(pilot, lambda: isinstance(app.screen, DepartureScreen), WALK_TIMEOUT, "the departure")
-        assert tree.states == {"target.trains": "pass", "dist.ranks": "pass", "dist.uneven": "waiting", "dist.comm": "pass", "env.debug-flags": "pass", "input.worker-startup": "pass",
+        assert tree.states == {"target.trains": "pass", "dist.ranks": "pass", "dist.uneven": "waiting", "dist.comm": "pass", "dist.remote": "waiting", "env.debug-flags": "pass", "input.worker-startup": "pass",
                                "input.data-wait": "depart", "input.producer": "pass", "host.blocking-io": "waiting",
                                "host.overhead": "waiting"}
         assert tree.reached == {"input.waiting"}

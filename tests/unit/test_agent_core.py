@@ -277,10 +277,11 @@ def test_time_waiting_for_a_core_is_not_counted_as_waiting_for_the_other_ranks(m
                                        cuda=types.SimpleNamespace(is_initialized=lambda: False))
     capability = module.Collectives.__new__(module.Collectives)
     capability.collective_s = capability.backward_wait_s = capability.backward_s = 0.0
-    capability.calls, capability.depth, capability.torch = 0, 0, fake_torch
+    capability.calls, capability.depth, capability.torch, capability.waited_total_s = 0, 0, fake_torch, 0.0
     capability.wrap_backward(fake_torch)
     fake_torch.autograd.backward()
     capability.timed(all_reduce)()
     assert round(capability.backward_wait_s, 6) == 0.2 and round(capability.backward_s, 6) == 1.0
     assert round(capability.collective_s, 6) == 0.3 and capability.calls == 1
+    assert round(capability.waited_total_s, 6) == 0.5  # the op profile's running total: both waits
 
