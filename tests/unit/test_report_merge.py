@@ -263,10 +263,11 @@ def test_a_slow_node_is_named_first_with_its_ranks(tmp_path: Path, capsys: pytes
     assert text.index("Slow node: node 1 (h), ranks 2, 3") < text.index("dist.waits_on_remote_ranks")
 
 
-def test_a_rank_one_point_three_times_slower_whose_peers_wait_is_named(tmp_path: Path,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    # Rank 1 sleeps 50 ms a step (its own work 1.3x the others'); rank 0 waits 23 points more than it.
-    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 217.0, 0.25)]), 2, node=0)
+
+def test_a_rank_one_point_four_times_slower_whose_peers_wait_is_named(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # One rank per node: rank 1's own work 1.4x rank 0's, which waits 28 points more than it does.
+    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 217.0, 0.30)]), 2, node=0)
     b = with_job(report(conclusion="device.compute_bound", ranks=[rank(1, "b", 217.0, 0.02)]), 2, node=1)
     assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b)),
                  "--format", "json"]) == 0
