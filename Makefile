@@ -17,13 +17,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test,demo]"
 	touch $(STAMP)
 
-# Exit status 1 means "departure found": what the demo is for; 3, that it was quit before the
-# walk ended. Neither is a failure of the demo.
+# Exit status 1 means "departure found": what the demo is for; 3 (inconclusive) and 130 (quit
+# mid-walk) are the user's choice to stop. None of them is a failure of the demo.
 demo: $(STAMP)
-	$(VENV)/bin/fieldguide demo; s=$$?; [ $$s -le 1 ] || [ $$s -eq 3 ]
+	$(VENV)/bin/fieldguide demo; s=$$?; [ $$s -le 1 ] || [ $$s -eq 3 ] || [ $$s -eq 130 ]
 
 demo-headless: $(STAMP)
-	$(VENV)/bin/fieldguide demo --no-tui; s=$$?; [ $$s -le 1 ] || [ $$s -eq 3 ]
+	$(VENV)/bin/fieldguide demo --no-tui; s=$$?; [ $$s -le 1 ] || [ $$s -eq 3 ] || [ $$s -eq 130 ]
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" --durations=20
