@@ -61,7 +61,7 @@ class AgentConnection:
     def rank(self) -> int | None:
         """This process's RANK in a multi-rank job (torchrun, srun, or a job that started its own
         ranks and called init_process_group), None outside one."""
-        identity = self._identity()
+        identity = self.identity
         try:
             return int(identity["RANK"]) if int(identity.get("WORLD_SIZE", "1")) > 1 else None
         except (KeyError, TypeError, ValueError):
@@ -70,16 +70,13 @@ class AgentConnection:
     @property
     def world_size(self) -> int:
         try:
-            return max(int(self._identity().get("WORLD_SIZE", "1")), 1)
+            return max(int(self.identity.get("WORLD_SIZE", "1")), 1)
         except (TypeError, ValueError):
             return 1
 
     @property
     def identity(self) -> dict[str, Any]:
         """The rank's place in its job as the agent last told it (collectives.job_identity)."""
-        return self._identity()
-
-    def _identity(self) -> dict[str, Any]:
         told = self.streams.get(("collectives", "identity"))
         if told is not None and told.items:
             return dict(told.items[-1])
