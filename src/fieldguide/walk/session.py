@@ -151,10 +151,9 @@ class Session:
         findings = findings_from_walk(self.walk, self.target.describe(), self.environment, note=note,
                                       log_tail=self.target.log_tail())
         findings.exit = ending
-        findings.ranks = next((list(rows) for r in self.walk.path
-                               if r.measurement is not None and (rows := RANKS.of(r.measurement.evidence))), [])
-        findings.job = next((job for r in self.walk.path
-                             if r.measurement is not None and (job := JOB.of(r.measurement.evidence))), None)
+        ranks = findings.first_of(RANKS)  # the first node of the path that compared ranks
+        findings.ranks = list(ranks) if ranks else []
+        findings.job = findings.first_of(JOB)
         findings.cold_start = self.cold_start()
         findings.contention = summarize(self.runner.windows)
         findings.self_cpu_s = round(own_cpu_seconds() - self._cpu_at_start, 2)
