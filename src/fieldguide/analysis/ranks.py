@@ -165,12 +165,28 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
     measured = [r for r in ranks if r.own_share is not None]
     values: dict[str, Any] = {"ranks_seen": len(ranks), "ranks_measured": len(measured)}
     found = pace([r.own_ms for r in measured], [r.collective_wait for r in measured])
-    if found is None and len(ranks) == 1 and measured:
-        return _one_rank(measured[0], values)
-    if found is None:
+    slowest: RankStats | None = None
+    if found is not None:
+        slowest = measured[found.slowest]
+        values.update(_pace_values(found, measured, slowest))
+    elif len(ranks) == 1 and measured:
+        values.update(_one_rank_values(measured[0]))
+    else:
         return values
-    slowest = measured[found.slowest]
+    for r in measured:
+        r.verdict = ("slowest own work: " + values["slowest_reading"]) if r is slowest else (
+            f"waits {r.collective_wait or 0.0:.0%} of its step in collectives")
+        if r.run_queue is not None and r.run_queue >= RUN_QUEUE_SAID:
+            r.verdict += f"; {r.run_queue:.0%} of its time runnable, waiting for a CPU (the node's cores are busy)"
+    queues = [r.run_queue for r in measured if r.run_queue is not None]
+    if queues:
+        values["run_queue_max"] = round(max(queues), 4)
+    return values
+
+
+def _pace_values(found: Pace, measured: list[RankStats], slowest: RankStats) -> dict[str, Any]:
     waits = [r.collective_wait or 0.0 for r in measured]
+    values: dict[str, Any] = {}
     if found.timed:
         values["slowest_own_ms"] = round(found.slowest_own, 3)
         values["others_own_ms"] = round(found.others_own, 3)
@@ -189,29 +205,18 @@ def compare(ranks: list[RankStats]) -> dict[str, Any]:
     })
     values.update(work_values(measured, slowest))
     values["slowest_reading"] = own_reading(slowest)
-    for r in measured:
-        r.verdict = ("slowest own work: " + values["slowest_reading"]) if r is slowest else (
-            f"waits {r.collective_wait or 0.0:.0%} of its step in collectives")
-        if r.run_queue is not None and r.run_queue >= RUN_QUEUE_SAID:
-            r.verdict += f"; {r.run_queue:.0%} of its time runnable, waiting for a CPU (the node's cores are busy)"
-    queues = [r.run_queue for r in measured if r.run_queue is not None]
-    if queues:
-        values["run_queue_max"] = round(max(queues), 4)
     return values
 
 
-def _one_rank(rank: RankStats, values: dict[str, Any]) -> dict[str, Any]:
+def _one_rank_values(rank: RankStats) -> dict[str, Any]:
     """One rank of a larger job on this node: nothing here to compare it with (no straggler among
     the ranks this walk sees), and its wait in collectives, which is for ranks elsewhere."""
-    wait = rank.collective_wait or 0.0
-    values.update({"own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0, "slowest_rank": rank.rank,
-                   "comm_fraction_min": round(wait, 4), "comm_fraction_max": round(wait, 4),
-                   "comm_fraction_mean": round(wait, 4)})
+    wait = round(rank.collective_wait or 0.0, 4)
+    values: dict[str, Any] = {"own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
+                              "slowest_rank": rank.rank, "comm_fraction_min": wait, "comm_fraction_max": wait,
+                              "comm_fraction_mean": wait}
     if rank.step_ms is not None:
         values["step_ms_median"] = round(rank.step_ms, 3)
-    rank.verdict = f"waits {wait:.0%} of its step in collectives"
-    if rank.run_queue is not None:
-        values["run_queue_max"] = round(rank.run_queue, 4)
     return values
 
 
