@@ -205,14 +205,10 @@ def _node_key(row: dict[str, Any]) -> tuple[str, str]:
     return (row["host"], row["report"])
 
 
-def _median(values: list[float | None]) -> float | None:
+def _known(values: list[float | None]) -> list[float] | None:
+    """The values, where every one is known; None where any is missing."""
     known = [v for v in values if v is not None]
-    return statistics.median(known) if known and len(known) == len(values) else None
-
-
-def _least(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return min(known) if known and len(known) == len(values) else None
+    return known if known and len(known) == len(values) else None
 
 
 def _slow_node(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -229,9 +225,9 @@ def _slow_node(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
     keys = list(nodes)
     # A node is slow as a whole when even its fastest rank does more of its own work than the other
     # nodes' ranks: one straggling rank among waiting ones is a straggler, not a slow node.
-    own = [_least([r["own_ms"] for r in nodes[k]]) for k in keys]
-    waits = [_median([r["collective_wait"] for r in nodes[k]]) for k in keys]
-    found = pace(own, waits)
+    owns = [_known([r["own_ms"] for r in nodes[k]]) for k in keys]
+    waits = [_known([r["collective_wait"] for r in nodes[k]]) for k in keys]
+    found = pace([min(o) if o else None for o in owns], [statistics.median(w) if w else None for w in waits])
     if found is None or found.own_work_ratio is None:
         return None
     values = {"own_work_ratio": round(found.own_work_ratio, 3), "others_wait_fraction": round(found.others_wait, 4),
