@@ -21,6 +21,7 @@ from fieldguide.report.section_types import (
     Span,
     Table,
     Timeline,
+    cells,
     code,
 )
 from fieldguide.report.timeline import cold_start_of, share_of, timeline_title
@@ -67,10 +68,6 @@ def _stack_share(stack: ev.StackShare) -> str:
     return _percent(stack["share"]) if "share" in stack else f"{stack.get('samples', 0)} samples"
 
 
-def _cells(*texts: object) -> tuple[Cell, ...]:
-    return tuple(Cell(str(t)) for t in texts)
-
-
 @renders(ev.TABLE, place=FINDING)
 def found(f: Findings) -> list[Section]:
     """The departed node's table (graph breaks, recompiles, ranks), if its probe left one."""
@@ -108,7 +105,7 @@ def cold_start(f: Findings) -> list[Section]:
                     if isinstance(v, (int, float)) and not isinstance(v, bool)), key=lambda item: -item[1])
     if spent:
         sections.append(Table(("where the time went", "seconds", "share"),
-                              tuple(_cells(SHARE_TITLES.get(name, name), f"{seconds:.3g}", share_of(seconds, total))
+                              tuple(cells(SHARE_TITLES.get(name, name), f"{seconds:.3g}", share_of(seconds, total))
                                     for name, seconds in spent)))
     return sections
 

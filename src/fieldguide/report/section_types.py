@@ -58,6 +58,11 @@ class Cell:
     status: str = ""  # a node status the cell shows: formats may colour it
 
 
+def cells(*texts: object) -> tuple[Cell, ...]:
+    """A row of plain cells, each text as it is."""
+    return tuple(Cell(str(t)) for t in texts)
+
+
 @dataclass(frozen=True)
 class Table:
     columns: tuple[str, ...]

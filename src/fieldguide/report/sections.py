@@ -25,6 +25,7 @@ from fieldguide.report.section_types import (
     Timeline,
     Title,
     Verdict,
+    cells,
     code,
 )
 from fieldguide.report.vocabulary import ACTION_TEXT, status_mark, verdict_text
@@ -33,12 +34,8 @@ LOG_LINES = 20  # the target's last output lines shown in a report
 NOTE_CHARS = 120  # of a node's note, where a terminal shows it for want of measured values
 
 
-def _table(columns: tuple[str, ...], rows: list[list[Cell]]) -> Table:
+def _table(columns: tuple[str, ...], rows: list[list[Cell]] | list[tuple[Cell, ...]]) -> Table:
     return Table(columns, tuple(tuple(r) for r in rows))
-
-
-def _cells(*texts: object) -> list[Cell]:
-    return [Cell(str(t)) for t in texts]
 
 
 def _environment_words(env: dict[str, Any]) -> str:
@@ -74,7 +71,7 @@ def _departure(f: Findings) -> list[Section]:
     return [Heading(3, str(dep["title"])),
             Paragraph((Span("Cause "), code(dep["cause"]), Span(" at node "), code(dep["node"]), Span("."))),
             Paragraph((Span(str(dep["summary"])),)),
-            _table(("measured", "value"), [_cells(n, v) for n, v in f.formatted(dep["measured"])]),
+            _table(("measured", "value"), [cells(n, v) for n, v in f.formatted(dep["measured"])]),
             Paragraph((Span("Expected: "), code(dep["expected"]))),
             FixPage(str(dep.get("why", "")), tuple(dep["fix"]), str(dep["verify"]))]
 
@@ -143,7 +140,7 @@ def experiment_sections(experiments: list[dict[str, Any]]) -> list[Section]:
     for title, arm_rows, said in experiment_rows(experiments):
         found.append(Heading(3, title))
         if arm_rows:
-            found.append(_table(tuple(EXPERIMENT_COLUMNS), [_cells(*row) for row in arm_rows]))
+            found.append(_table(tuple(EXPERIMENT_COLUMNS), [cells(*row) for row in arm_rows]))
         found.append(Paragraph((Span(said),)))
     return found
 
