@@ -1,7 +1,7 @@
 """What fieldguide costs a multi-rank job, and how long a walk over 2 ranks takes next to 1.
 
 usage: python benchmarks/ranks.py [--rounds 3] [--repeat 3] [--skip-cost] [--skip-walks]
-                                 [--device-wait-ms 0 10]
+                                 [--skip-nodes] [--device-wait-ms 0 10]
 
 1. Cost to each rank while attached: one run of bench_ddp_target.py (2 gloo ranks under
    torchrun); each rank's steps/s in windows while nothing is attached versus windows while
@@ -20,6 +20,10 @@ usage: python benchmarks/ranks.py [--rounds 3] [--repeat 3] [--skip-cost] [--ski
      and to the one training process of the 1-rank job (fieldguide does not treat a world of 1
      as ranks: attached to that launcher, it would walk the launcher itself).
    `--repeat` walks of each, interleaved (the order alternates); medians and min-max.
+3. Walk time over 2 nodes vs 1 node, launch mode, the same 2 ranks of ddp_healthy.py: torchrun
+   `--nnodes 2 --nproc-per-node 1` (a static rendezvous on 127.0.0.1) with one fieldguide per
+   node at once, as on a cluster, until both reports are written; against one node of 2 ranks.
+   `--repeat` of each, interleaved.
 """
 
 from __future__ import annotations
@@ -211,6 +215,46 @@ def attach_walk(nproc: int) -> tuple[float, str]:
     return seconds, walk_summary(report)
 
 
+def nodes_walk(nodes: int) -> tuple[float, str]:
+    """Launch-mode walks of 2 ranks of ddp_healthy.py on `nodes` nodes of this machine, one
+    fieldguide per node at once: the time until the last report is written."""
+    import socket
+
+    from fieldguide import workloads
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    folder = Path(tempfile.mkdtemp(prefix="fgbench-"))
+    per_node = 2 // nodes
+    t0 = time.monotonic()
+    walks = []
+    for node in range(nodes):
+        where = ["--nnodes", str(nodes), "--node-rank", str(node), "--master-addr", "127.0.0.1",
+                 "--master-port", str(port)] if nodes > 1 else []
+        walks.append(subprocess.Popen(
+            [*FIELDGUIDE, "diagnose", "--playbook", "slow-training", "--no-tui", "--report", str(folder / f"n{node}.json"),
+             "--", *TORCHRUN, *where, "--nproc-per-node", str(per_node), str(workloads.path("ddp_healthy"))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="200")))
+    for walk in walks:
+        walk.wait(timeout=400)
+    return time.monotonic() - t0, "; ".join(walk_summary(folder / f"n{node}.json") for node in range(nodes))
+
+
+def node_times(repeat: int) -> None:
+    print("## walk over 2 nodes of 1 rank (one fieldguide per node, at once) vs 1 node of 2 ranks, launch mode")
+    times: dict[int, list[float]] = {2: [], 1: []}
+    for i in range(repeat):
+        for nodes in ((2, 1) if i % 2 == 0 else (1, 2)):
+            seconds, summary = nodes_walk(nodes)
+            times[nodes].append(seconds)
+            print(f"  {nodes} node{'s' if nodes > 1 else ''}: {seconds:5.1f} s  ({summary})")
+    two, one = statistics.median(times[2]), statistics.median(times[1])
+    print(f"2 nodes median {two:.1f} s ({min(times[2]):.1f}-{max(times[2]):.1f}), 1 node median {one:.1f} s "
+          f"({min(times[1]):.1f}-{max(times[1]):.1f}): {two / one:.2f}x "
+          f"(pairs {', '.join(f'{a / b:.2f}x' for a, b in zip(times[2], times[1], strict=True))})")
+
+
 def walk_times(repeat: int) -> None:
     print("## walk over 2 ranks vs 1 (ddp_healthy.py under torchrun), interleaved")
     for mode, walk, what in (("launch", launch_walk, "including the job's start"),
@@ -233,6 +277,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-cost", action="store_true")
     ap.add_argument("--skip-walks", action="store_true")
+    ap.add_argument("--skip-nodes", action="store_true")
     ap.add_argument("--device-wait-ms", type=float, nargs="+", default=[0.0],
                     help="one cost run per value: each rank's step also sleeps this long (a device's wait)")
     args = ap.parse_args()
@@ -243,6 +288,8 @@ def main() -> None:
             attach_cost(args.rounds, wait)
     if not args.skip_walks:
         walk_times(args.repeat)
+    if not args.skip_nodes:
+        node_times(args.repeat)
     print(f"load average at the end {', '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.monotonic() - t0:.0f} s in all")
 
 

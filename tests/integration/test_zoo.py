@@ -18,7 +18,9 @@ pytestmark = pytest.mark.integration
 DECLARED = workloads.declarations()
 # Attach runs `make test` keeps whatever the rule below says: training without a DataLoader seen
 # from outside, and a process that is not training.
-ALWAYS_ATTACHED = {"getbatch_waiting", "served_not_trained"}
+ALWAYS_ATTACHED = {"getbatch_waiting", "served_not_trained",
+                   # ranks a framework's own launcher started (LOCAL_RANK, no RANK), found from outside
+                   "lightning_ddp_straggler"}
 # Compile walks pay a cold inductor compile each (15-80 s here): `make test` keeps one departure
 # and the job that compiles nothing; the rest of the compile zoo runs in `make test-all`.
 COMPILE_IN_MAKE_TEST = {"compile_item_branch", "compile_not_used"}
@@ -33,7 +35,7 @@ TRAINING_SHAPES = {"gan_two_optimizers", "getbatch_cpu", "getbatch_waiting", "gr
                    # The batch taken between the forward and the backward; frameworks' own loops.
                    "prefetch_store_waiting", "hf_trainer_tokenize_cpu",
                    # Lightning's fit loop and its own DDP launcher (rank 0 starts rank 1).
-                   "lightning_ddp_remote_reads"}
+                   "lightning_ddp_straggler"}
 
 
 def cases(mode: str) -> list[object]:
@@ -83,7 +85,7 @@ def diagnose(tmp_path: Path, playbook: str, *target: str) -> dict:
 
 
 # The rank a multi-rank straggler workload makes slow: the walk must name it.
-STRAGGLER_RANK = {"ddp_straggler_input": 1}
+STRAGGLER_RANK = {"ddp_straggler_input": 1, "lightning_ddp_straggler": 1, "ddp_slow_node": 1}
 
 
 def busy_processes() -> str:

@@ -64,23 +64,27 @@ def test_collective_rows_give_the_share_of_the_window_waited():
 
 def dist_measurement(**values):
     base = {"world_size": 2, "ranks_seen": 2, "ranks_measured": 2, "ranks_remote": 0, "own_work_ratio": 1.0, "others_wait_fraction": 0.0,
-            "wait_gap": 0.0,
+            "wait_gap": 0.0, "slowest_wait_ratio": 1.0,
             "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
     return Measurement(probe="dist.ranks", values={**base, **values})
 
 
 @pytest.mark.parametrize(("values", "cause"), [
-    ({"own_work_ratio": 4.5, "others_wait_fraction": 0.85, "wait_gap": 0.53, "slowest_rank": 0}, "dist.straggler"),
-    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "wait_gap": 0.45, "work_ratio": 1.0,
+    ({"own_work_ratio": 4.5, "others_wait_fraction": 0.85, "wait_gap": 0.53, "slowest_wait_ratio": 0.376,
+      "slowest_rank": 0}, "dist.straggler"),
+    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "wait_gap": 0.45, "slowest_wait_ratio": 0.1, "work_ratio": 1.0,
       "slowest_has_most_work": True}, "dist.straggler"),
-    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "wait_gap": 0.45, "work_ratio": 2.0,
+    ({"own_work_ratio": 2.0, "others_wait_fraction": 0.5, "wait_gap": 0.45, "slowest_wait_ratio": 0.1, "work_ratio": 2.0,
       "slowest_has_most_work": True}, "dist.imbalance"),
+    # a Lightning DDP rank sleeping 8 ms a step, 1.37x the other's own work (launched): named
+    ({"own_work_ratio": 1.374, "others_wait_fraction": 0.3817, "wait_gap": 0.2358, "slowest_wait_ratio": 0.382,
+      "work_ratio": 1.0, "slowest_has_most_work": True}, "dist.straggler"),
     ({"own_work_ratio": 1.1, "others_wait_fraction": 0.7, "comm_fraction_min": 0.68, "comm_fraction_mean": 0.7}, "dist.comm_bound"),
     # seen from outside on a communication-bound job: own work 1.4x by noise, but both ranks wait
-    ({"own_work_ratio": 1.4, "others_wait_fraction": 0.60, "wait_gap": 0.16, "comm_fraction_min": 0.38, "comm_fraction_mean": 0.49},
+    ({"own_work_ratio": 1.4, "others_wait_fraction": 0.60, "wait_gap": 0.16, "slowest_wait_ratio": 0.733, "comm_fraction_min": 0.38, "comm_fraction_mean": 0.49},
      "dist.comm_bound"),
     # one attached window of the zoo's communication-bound job: one rank read 33%, the other 44%
-    ({"own_work_ratio": 1.2, "others_wait_fraction": 0.44, "wait_gap": 0.11, "comm_fraction_min": 0.33,
+    ({"own_work_ratio": 1.2, "others_wait_fraction": 0.44, "wait_gap": 0.11, "slowest_wait_ratio": 0.75, "comm_fraction_min": 0.33,
       "comm_fraction_mean": 0.385}, "dist.comm_bound"),
 ])
 def test_the_walk_checks_ranks_first(values, cause):
@@ -291,8 +295,10 @@ def test_a_healthy_job_read_once_as_a_straggler_is_measured_again_and_not_named(
         windows.append(option.params.get("seconds"))
         if len(windows) == 1:
             return Measurement(probe="dist.ranks", values={**dist_measurement().values, "own_work_ratio": 1.35,
-                               "others_wait_fraction": 0.46, "wait_gap": 0.27, "comm_fraction_mean": 0.33},
+                               "others_wait_fraction": 0.46, "wait_gap": 0.27, "slowest_wait_ratio": 0.41,
+                               "comm_fraction_mean": 0.33},
                                margins={"own_work_ratio": 0.2, "others_wait_fraction": 0.08, "wait_gap": 0.11,
+                                        "slowest_wait_ratio": 0.2,
                                         "comm_fraction_mean": 0.05})
         return dist_measurement(own_work_ratio=1.05, others_wait_fraction=0.3, wait_gap=0.03,
                                 comm_fraction_mean=0.2)
@@ -307,7 +313,7 @@ def test_a_straggler_clear_of_its_margins_is_named_at_once():
     playbook = find_playbook("slow-training")
     walk = Walk(playbook, lambda: {"process"}, lambda option: Measurement(
         probe="dist.ranks", values={**dist_measurement().values, "own_work_ratio": 2.4, "others_wait_fraction": 0.6,
-                                    "wait_gap": 0.5, "slowest_rank": 1},
+                                    "wait_gap": 0.5, "slowest_wait_ratio": 0.17, "slowest_rank": 1},
         margins={"own_work_ratio": 0.3, "others_wait_fraction": 0.08, "wait_gap": 0.11})
         if option.probe == "dist.ranks" else Measurement(probe=option.probe, values={"trains": True}))
     result = walk.run_node("dist.ranks")

@@ -273,3 +273,16 @@ def test_a_rank_one_point_four_times_slower_whose_peers_wait_is_named(tmp_path: 
                  "--format", "json"]) == 0
     merged = json.loads(capsys.readouterr().out)
     assert merged["straggler"]["rank"] == 1 and merged["slow_node"]["ranks"] == [1]
+
+
+def test_a_rank_one_point_three_times_slower_whose_peers_wait_is_named(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # Rank 1's own work 95 ms a step against rank 0's 73 (1.30x): rank 0 waits 22 points more of
+    # its step than rank 1, and rank 1 waits a fifth as much as it does.
+    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 100.0, 0.27)]), 2, node=0)
+    b = with_job(report(conclusion="device.compute_bound", ranks=[rank(1, "b", 100.0, 0.05)]), 2, node=1)
+    assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b)),
+                 "--format", "json"]) == 0
+    merged = json.loads(capsys.readouterr().out)
+    assert merged["straggler"]["rank"] == 1 and merged["straggler"]["own_work_ratio"] == pytest.approx(1.301, abs=0.001)
+    assert merged["slow_node"]["ranks"] == [1] and merged["slow_node"]["slowest_wait_ratio"] == pytest.approx(0.185, abs=0.001)

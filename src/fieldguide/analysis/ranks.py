@@ -139,6 +139,20 @@ class Pace:
         wait alike (communication-bound) differ in own work only by noise."""
         return self.others_wait - self.slowest_wait
 
+    @property
+    def wait_ratio(self) -> float | None:
+        """The slowest rank's wait over the least any other rank waits: well under 1 for a rank the
+        others wait for, near 1 where all wait alike and own work differs only by noise. None where
+        the others do not wait."""
+        return self.slowest_wait / self.others_wait if self.others_wait > 0 else None
+
+    def judged(self) -> dict[str, float | None]:
+        """The values the playbook's dist.ranks expectation judges, rounded as reports carry them."""
+        ratio = self.wait_ratio
+        return {"own_work_ratio": None if self.own_work_ratio is None else round(self.own_work_ratio, 3),
+                "others_wait_fraction": round(self.others_wait, 4), "wait_gap": round(self.wait_gap, 4),
+                "slowest_wait_ratio": None if ratio is None else round(ratio, 3)}
+
 
 def pace(own_ms: list[float | None], waits: list[float | None]) -> Pace | None:
     """The pace of ranks given each one's own work in ms (None without step times) and its share
@@ -193,10 +207,8 @@ def _pace_values(found: Pace, measured: list[RankStats], slowest: RankStats) -> 
         values["step_ms_median"] = round(statistics.median(r.step_ms or 0.0 for r in measured), 3)
     values.update({
         "slowest_rank": slowest.rank,
-        "own_work_ratio": None if found.own_work_ratio is None else round(found.own_work_ratio, 3),
+        **found.judged(),
         "slowest_wait_fraction": round(found.slowest_wait, 4),
-        "others_wait_fraction": round(found.others_wait, 4),
-        "wait_gap": round(found.wait_gap, 4),
         "comm_fraction_min": round(min(waits), 4),
         "comm_fraction_max": round(max(waits), 4),
         "comm_fraction_mean": round(statistics.fmean(waits), 4),
@@ -213,7 +225,7 @@ def _one_rank_values(rank: RankStats) -> dict[str, Any]:
     the ranks this walk sees), and its wait in collectives, which is for ranks elsewhere."""
     wait = round(rank.collective_wait or 0.0, 4)
     values: dict[str, Any] = {"own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
-                              "slowest_rank": rank.rank, "comm_fraction_min": wait, "comm_fraction_max": wait,
+                              "slowest_wait_ratio": None, "slowest_rank": rank.rank, "comm_fraction_min": wait, "comm_fraction_max": wait,
                               "comm_fraction_mean": wait}
     if rank.step_ms is not None:
         values["step_ms_median"] = round(rank.step_ms, 3)
@@ -233,10 +245,13 @@ def compare_margins(ranks: list[RankStats], values: dict[str, Any]) -> dict[str,
     others = [r for r in measured if r is not slowest]
     least = min(others, key=lambda r: r.collective_wait or 0.0)  # others_wait_fraction's rank
     m_slow, m_other = slowest.wait_margin or 0.0, least.wait_margin or 0.0
+    wait_slow, wait_other = slowest.collective_wait or 0.0, least.collective_wait or 0.0
     found = {"others_wait_fraction": m_other, "wait_gap": math.hypot(m_slow, m_other),
              "comm_fraction_mean": math.sqrt(sum((r.wait_margin or 0.0) ** 2 for r in measured)) / len(measured)}
+    if wait_other > 0:  # slowest_wait_ratio = wait_slow / wait_other
+        found["slowest_wait_ratio"] = math.hypot(m_slow / wait_other, wait_slow * m_other / wait_other ** 2)
     ratio = values.get("own_work_ratio")
-    own_slow, own_other = 1.0 - (slowest.collective_wait or 0.0), 1.0 - (least.collective_wait or 0.0)
+    own_slow, own_other = 1.0 - wait_slow, 1.0 - wait_other
     if isinstance(ratio, (int, float)) and own_slow > 0 and own_other > 0:
         found["own_work_ratio"] = ratio * math.hypot(m_slow / own_slow, m_other / own_other)
     return {name: round(margin, 4) for name, margin in found.items()}

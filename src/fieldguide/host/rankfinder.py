@@ -1,11 +1,15 @@
 """The ranks of a multi-rank job seen from outside: processes whose environment names a RANK (or
 a LOCAL_RANK on a node, as Lightning's own launcher sets) in the same job (TORCHELASTIC_RUN_ID,
 else MASTER_ADDR:MASTER_PORT) as the given process, or as its children when it is the launcher
-(torchrun, srun's step), or rank 0 itself when it started the others (Lightning's DDP)."""
+(torchrun, srun's step), or rank 0 itself when it started the others (Lightning's DDP). Workers
+of `torch.multiprocessing.spawn` carry no rank in their environment: their stacks do."""
 
 from __future__ import annotations
 
+import os
+import re
 import socket
+import subprocess
 from typing import Any
 
 from fieldguide.agent.inside.capabilities.collectives import global_rank, job_identity, node_rank_of
@@ -70,6 +74,8 @@ def sibling_ranks(pid: int) -> list[dict[str, Any]]:
                            "identity": {k: env[k] for k in ("JOB_ID", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK")
                                         if k in env}, "created": created}
     _add_launching_rank(proc, own, found)
+    if not found:
+        found = _spawned_ranks(proc)
     return [{k: v for k, v in found[r].items() if k != "created"} for r in sorted(found)]
 
 
@@ -94,3 +100,54 @@ def _add_launching_rank(proc: Any, own: dict[str, str] | None, found: dict[int, 
                     "created": root.create_time()}
     except psutil.Error:
         return
+
+
+# The frame torch.multiprocessing.spawn runs each worker's function in, and its rank argument.
+SPAWN_WRAP = re.compile(r"^\s+_wrap \(torch/multiprocessing/spawn\.py:\d+\)\n\s+Arguments:\n(?:\s+\w+: .*\n)*?\s+i: (\d+)$",
+                        re.MULTILINE)
+
+
+def _spawned_ranks(proc: Any) -> dict[int, dict[str, Any]]:
+    """The workers `torch.multiprocessing.spawn` started (the given process, or its parent when
+    given one of them): each one's rank is the `i` its `_wrap` frame was called with, read from a
+    non-blocking stack dump's locals; the world is the workers found. A DataLoader's spawned
+    workers run no `_wrap` and are never taken for ranks."""
+    import psutil
+
+    try:
+        root = proc.parent() if _spawn_worker(proc) else proc
+        workers = [c for c in root.children() if _spawn_worker(c)] if root is not None else []
+    except psutil.Error:
+        return {}
+    found: dict[int, dict[str, Any]] = {}
+    for worker in workers:
+        rank = _spawn_rank(worker.pid)
+        if rank is not None:
+            found[rank] = {"rank": rank, "pid": worker.pid, "host": socket.gethostname(), "world_size": len(workers),
+                           "node_rank": None, "identity": {"JOB_ID": f"mp.spawn:{root.pid}"}, "created": 0.0}
+    return found if len(found) >= 2 else {}
+
+
+def _spawn_worker(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return "spawn_main" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+
+
+def _spawn_rank(pid: int) -> int | None:
+    from fieldguide.host import samplers
+    from fieldguide.host.access import py_spy_path
+
+    spy = py_spy_path()
+    if spy is None:
+        return None
+    try:
+        done = samplers.run([spy, "dump", "--nonblocking", "--locals", "--pid", str(pid)], timeout=10,
+                            env=dict(os.environ, RUST_BACKTRACE="0"))
+    except subprocess.TimeoutExpired:
+        return None
+    match = SPAWN_WRAP.search(done.stdout)
+    return int(match.group(1)) if match else None

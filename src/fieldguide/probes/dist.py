@@ -44,7 +44,7 @@ SPLIT_UNCERTAINTY = 0.25
 WARMUP_STEPS = 3
 WARMUP_WAIT_S = 20.0
 SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
-          "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
+          "slowest_wait_ratio": None, "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
 
 
 @register
@@ -57,7 +57,8 @@ class RankComparison(Probe):
     params = {"seconds": 4.0}
     values = {"world_size": "", "ranks_seen": "", "ranks_measured": "", "slowest_rank": "", "slowest_own_ms": "ms",
               "others_own_ms": "ms", "own_work_ratio": "x", "slowest_wait_fraction": "fraction",
-              "others_wait_fraction": "fraction", "wait_gap": "fraction", "comm_fraction_min": "fraction", "comm_fraction_max": "fraction",
+              "others_wait_fraction": "fraction", "wait_gap": "fraction", "slowest_wait_ratio": "x", "comm_fraction_min": "fraction",
+              "comm_fraction_max": "fraction",
               "comm_fraction_mean": "fraction",
               "slowest_data_wait": "fraction", "slowest_producer_cpu": "fraction", "slowest_reading": "",
               "step_ms_median": "ms", "work_ratio": "x", "slowest_has_most_work": "", "step_rate_ratio": "x",

@@ -184,10 +184,9 @@ def _straggler(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
     found = False
     if found_pace is not None:
         slowest = measured[found_pace.slowest]
-        ratio = None if found_pace.own_work_ratio is None else round(found_pace.own_work_ratio, 3)
-        others_wait = round(found_pace.others_wait, 4)
-        found = ratio is not None and not _pace_holds({"own_work_ratio": ratio, "others_wait_fraction": others_wait,
-                                                       "wait_gap": round(found_pace.wait_gap, 4)})
+        judged = found_pace.judged()
+        ratio, others_wait = judged["own_work_ratio"], judged["others_wait_fraction"]
+        found = ratio is not None and not _pace_holds(judged)
     chosen = slowest if found or not named else named[0]
     if chosen is None or not (found or named):
         return None
@@ -230,8 +229,7 @@ def _slow_node(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
     found = pace([min(o) if o else None for o in owns], [statistics.median(w) if w else None for w in waits])
     if found is None or found.own_work_ratio is None:
         return None
-    values = {"own_work_ratio": round(found.own_work_ratio, 3), "others_wait_fraction": round(found.others_wait, 4),
-              "wait_gap": round(found.wait_gap, 4)}
+    values = found.judged()
     if _pace_holds(values):
         return None
     slow = nodes[keys[found.slowest]]
