@@ -102,3 +102,38 @@ def test_a_report_carries_the_job_and_every_rank_one_local_rank_included() -> No
     assert again.job == {"id": "abc", "master": "10.0.0.1:29500", "world_size": 2}
     text = to_markdown(again)
     assert "## Ranks" in text and "1 on other nodes" in text and "| 1 | 1 | n1 |" in text
+
+
+def test_tasks_srun_started_are_found_from_outside(tmp_path: Any) -> None:
+    """srun's step starts each task itself, with Slurm's variables and no RANK: attached to the step
+    (or a task), its tasks of the same job step are the ranks, with their node."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from fieldguide.host.rankfinder import sibling_ranks
+
+    step = tmp_path / "step.py"
+    step.write_text(
+        "import os, subprocess, sys, time\n"
+        "for task, step in ((3, '0'), (2, '0'), (2, '1')):\n"
+        "    env = dict(os.environ, SLURM_PROCID=str(task), SLURM_NTASKS='4', SLURM_LOCALID=str(task - 2),\n"
+        "               SLURM_NODEID='1', SLURM_NTASKS_PER_NODE='2(x2)', SLURM_JOB_ID='77', SLURM_STEP_ID=step)\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], env=env)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(30)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.Popen([sys.executable, str(step)], stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        time.sleep(0.3)
+        ranks = sibling_ranks(proc.pid)
+        assert [(r["rank"], r["node_rank"], r["world_size"]) for r in ranks] == [(2, 1, 4), (3, 1, 4)]
+        assert {r["identity"]["JOB_ID"] for r in ranks} == {"slurm-77.0"}
+        assert [r["pid"] for r in sibling_ranks(ranks[1]["pid"])] == [r["pid"] for r in ranks]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
