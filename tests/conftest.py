@@ -23,6 +23,17 @@ def pytest_configure(config: pytest.Config) -> None:
 FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
 
 
+def check_report(data: dict) -> None:
+    """A report a real walk wrote matches the JSON Schema the package ships."""
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads(resources.files("fieldguide.report").joinpath("schema/report.schema.json").read_text())
+    jsonschema.validate(data, schema)
+
+
 def run_fieldguide(*args: str, timeout: float = 120, env: dict[str, str] | None = None,
                    cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "FIELDGUIDE_WORKLOAD_SECONDS": "60", "NO_COLOR": "1", "COLUMNS": "120", **(env or {})}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fieldguide import workloads
-from tests.conftest import FIELDGUIDE, run_fieldguide
+from tests.conftest import FIELDGUIDE, check_report, run_fieldguide
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +47,7 @@ def walk_each_node(tmp_path: Path, workload: str, per_node: int) -> tuple[list[P
         assert "Traceback" not in err, err
         assert report.exists(), err
         reports.append(json.loads(report.read_text()))
+        check_report(reports[-1])
     for node, data in enumerate(reports):
         assert data["job"]["world_size"] == 2 * per_node and data["job"]["master"] == f"127.0.0.1:{port}", data["job"]
         ranks = list(range(node * per_node, (node + 1) * per_node))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fieldguide import workloads
-from tests.conftest import run_fieldguide
+from tests.conftest import check_report, run_fieldguide
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +79,7 @@ def diagnose(tmp_path: Path, playbook: str, *target: str) -> dict:
     assert "Traceback" not in proc.stderr, proc.stderr
     assert report.exists(), proc.stderr
     data = json.loads(report.read_text())
+    check_report(data)
     expected_status = {"departure": 1, "clean": 0, "inconclusive": 3}[data["verdict"]]
     assert proc.returncode == expected_status, proc.stderr
     return data

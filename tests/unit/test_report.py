@@ -250,7 +250,9 @@ def test_write_report_picks_the_format_from_the_suffix(departure, tmp_path):
     assert write_report(departure, tmp_path / "r.markdown").read_text().startswith("# fieldguide report")
     assert write_report(departure, tmp_path / "r.html").read_text().startswith("<!doctype html>")
     assert write_report(departure, tmp_path / "r.htm").read_text().startswith("<!doctype html>")
-    json.loads(write_report(departure, tmp_path / "r.txt").read_text())  # unknown suffix: JSON
+    json.loads(write_report(departure, tmp_path / "r").read_text())  # no suffix: JSON
+    with pytest.raises(ValueError, match="the suffix .txt names no report format"):
+        write_report(departure, tmp_path / "r.txt")  # it would hold JSON it does not say it holds
     assert write_report(departure, tmp_path / "x.json", "html").read_text().startswith("<!doctype html>")
     assert not list(tmp_path.rglob("*.tmp"))
 

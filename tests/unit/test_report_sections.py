@@ -51,7 +51,7 @@ def test_a_format_is_a_module_with_a_name_its_suffixes_and_render() -> None:
         render(None, "pdf")  # type: ignore[arg-type]
     from pathlib import Path
 
-    assert format_for(Path("r.HTM"), None) == "html" and format_for(Path("r.txt"), None) == "json"
+    assert format_for(Path("r.HTM"), None) == "html" and format_for(Path("r"), None) == "json"
 
 
 def test_markdown_shows_a_code_span_and_html_escapes_the_title() -> None:

@@ -225,7 +225,7 @@ def _one_rank_values(rank: RankStats) -> dict[str, Any]:
     the ranks this walk sees), and its wait in collectives, which is for ranks elsewhere."""
     wait = round(rank.collective_wait or 0.0, 4)
     values: dict[str, Any] = {"own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
-                              "slowest_wait_ratio": None, "slowest_rank": rank.rank, "comm_fraction_min": wait, "comm_fraction_max": wait,
+                              "slowest_rank": rank.rank, "comm_fraction_min": wait, "comm_fraction_max": wait,
                               "comm_fraction_mean": wait}
     if rank.step_ms is not None:
         values["step_ms_median"] = round(rank.step_ms, 3)

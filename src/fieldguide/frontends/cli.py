@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--report", type=Path, help="write the findings report here")
     demo.add_argument("--format", choices=("json", "md", "html"))
     demo.add_argument("--budget", type=float)
+    demo.add_argument("--json", action="store_true", help="print the JSON report alone on stdout (summary on stderr)")
 
     diag = sub.add_parser("diagnose", help="walk a playbook against a pid or a launched command",
                           usage="fieldguide diagnose --playbook ID (--pid PID | -- CMD [ARGS...] | --local) [--report PATH] "
@@ -38,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--playbook", required=True, help="playbook id (see `fieldguide playbooks`) or a .yaml path")
     diag.add_argument("--pid", type=int, help="attach to this running process (never stopped or killed)")
     diag.add_argument("--local", action="store_true", help="no process: only machine-level probes (GPUs)")
-    diag.add_argument("--report", type=Path, help="write the findings report here")
+    diag.add_argument("--report", type=Path, help="write the findings report here (`-`: stdout)")
+    diag.add_argument("--json", action="store_true",
+                      help="print the JSON report alone on stdout, the summary on stderr (with --report, both)")
     diag.add_argument("--format", choices=("json", "md", "html"), help="report format (default: from the suffix)")
     diag.add_argument("--budget", type=float, help="most seconds of measurement (default 45)")
     diag.add_argument("--no-tui", action="store_true", help="walk headlessly even on a terminal")
@@ -152,9 +155,9 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
         return _explain(args.cause)
     if args.command == "demo":
         command = demo_command()  # before anything starts: no torch is one line, not a traceback
-        if args.no_tui or not on_terminal() or args.report or args.budget:
+        if args.no_tui or not on_terminal() or args.report or args.budget or args.json:
             return _diagnose_headless("slow-training", None, command, args.report, args.format,
-                                      args.budget, show_output=False)
+                                      args.budget, show_output=False, json_out=args.json)
         return _tui(None, command, "slow-training", demo=True)
     if args.command == "diagnose":
         if sum((args.pid is not None, bool(cmd), args.local)) != 1:
@@ -163,12 +166,12 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
         # exports from its own dialog).
         # So does a stdin or stdout that is not a terminal (the TUI draws on one and reads keys from the other).
         headless = (args.no_tui or not on_terminal() or args.report or args.budget or args.show_output
-                    or args.local or args.try_fix)
+                    or args.local or args.try_fix or args.json)
         if args.try_fix and not cmd:
             raise FieldguideError("--try-fix relaunches the job: it needs a launched command (-- CMD), not --pid")
         if headless:
             return _diagnose_headless(args.playbook, args.pid, cmd, args.report, args.format, args.budget,
-                                      show_output=args.show_output, try_fix=args.try_fix)
+                                      show_output=args.show_output, try_fix=args.try_fix, json_out=args.json)
         return _tui(args.pid, cmd, args.playbook)
     if not on_terminal():  # the TUI would wait for keys that never come: say what to run instead
         raise FieldguideError(tui_hint(args.pid, cmd))

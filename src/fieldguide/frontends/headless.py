@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fieldguide.errors import EXIT_FOR_VERDICT, EXIT_INTERRUPTED, FieldguideError
+from fieldguide.frontends.progress import WalkProgress
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -45,22 +46,32 @@ def check_writable(path: Path) -> None:
 
 def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report: Path | None,
                       fmt: str | None, budget: float | None, *, show_output: bool, try_fix: bool = False,
-                      on_interrupt: Any = None) -> int:
+                      json_out: bool = False, on_interrupt: Any = None) -> int:
+    """Walk, print the summary, write the report. With `json_out` (or `--report -`) stdout holds the
+    report alone, for a script to read, and the summary goes to stderr."""
     import math
 
     from rich.console import Console
 
     from fieldguide.playbook import find_playbook
-    from fieldguide.report import write_report
+    from fieldguide.report import render, write_report
+    from fieldguide.report.render import format_for, is_stdout
     from fieldguide.report.summary import summary_panel
     from fieldguide.walk.session import Session, launch_env, open_target
 
     playbook = find_playbook(playbook_id)  # bad playbooks and report paths fail before anything starts
     if budget is not None and not (math.isfinite(budget) and budget > 0):
         raise FieldguideError("--budget must be a positive number of seconds")
+    stdout_format = "json" if json_out else None
+    if report is not None and is_stdout(report):
+        stdout_format, report = fmt or "json", None
     if report is not None:
         from fieldguide.report.merge import expand_report_path
 
+        try:
+            fmt = format_for(report, fmt)
+        except ValueError as why:
+            raise FieldguideError(f"--report {report}: {why}") from None
         report = expand_report_path(report)  # %h: this node's host name (one report per node)
         check_writable(report)
     if on_interrupt is not None:
@@ -71,15 +82,19 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
     target = None
     try:
         target = open_target(pid, cmd, echo=echo, arm=playbook.arm, extra_env=launch_env(playbook, report))
-        session = Session(playbook, target, budget=budget or 0.0)
+        progress = WalkProgress(err)
+        session = Session(playbook, target, budget=budget or 0.0, on_reading=progress.offer)
         err.print(header_line(playbook.id, target.kind, target.pid if pid else None, cmd))
-        findings, interrupted = walk_off_main_thread(session, err, try_fix=try_fix)
+        findings, interrupted = walk_off_main_thread(session, err, try_fix=try_fix, progress=progress)
     finally:
         if on_interrupt is not None and hasattr(on_interrupt, "walk_over"):
             on_interrupt.walk_over()
         if target is not None:
             target.close()
-    Console(highlight=False).print(summary_panel(findings))
+    Console(highlight=False, stderr=stdout_format is not None).print(summary_panel(findings))
+    if stdout_format is not None:
+        sys.stdout.write(render(findings, stdout_format))
+        sys.stdout.flush()
     if report is not None:
         try:
             path = write_report(findings, report, fmt)
@@ -103,8 +118,9 @@ def header_line(playbook_id: str, kind: str, pid: int | None, cmd: list[str]) ->
 
 
 def walk_off_main_thread(session: Session, err: Console, *, try_fix: bool = False,
-                         unwind_s: float = UNWIND_S) -> tuple[Findings, bool]:
-    """Walk (and try the fix) on a thread; the findings, and whether the user interrupted.
+                         unwind_s: float = UNWIND_S, progress: WalkProgress | None = None) -> tuple[Findings, bool]:
+    """Walk (and try the fix) on a thread; the findings, and whether the user interrupted. The
+    main thread shows the walk's progress while it waits.
 
     An error the walk raised (the target could not be measured at all) is raised here."""
     outcome: dict[str, Any] = {}
@@ -125,7 +141,8 @@ def walk_off_main_thread(session: Session, err: Console, *, try_fix: bool = Fals
     threading.Thread(target=walk, name="fieldguide-walk", daemon=True).start()
     try:
         while not done.wait(0.2):
-            pass
+            if progress is not None:
+                progress.tick(session)
     except KeyboardInterrupt as interrupt:
         current = session.walk.current or "start"
         # Ctrl-C raises a bare KeyboardInterrupt; SIGTERM and SIGHUP (cli._Interrupts) carry their name.
@@ -133,6 +150,9 @@ def walk_off_main_thread(session: Session, err: Console, *, try_fix: bool = Fals
         session.cancel(f"interrupted {how} at node {current}; the report is partial")
         done.wait(unwind_s)
         return session.findings(), True
+    finally:
+        if progress is not None:
+            progress.stop()
     if "error" in outcome:
         raise outcome["error"]
     return outcome["findings"], False

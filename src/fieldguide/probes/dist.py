@@ -44,7 +44,7 @@ SPLIT_UNCERTAINTY = 0.25
 WARMUP_STEPS = 3
 WARMUP_WAIT_S = 20.0
 SINGLE = {"world_size": 1, "ranks_seen": 1, "own_work_ratio": 1.0, "others_wait_fraction": 0.0, "wait_gap": 0.0,
-          "slowest_wait_ratio": None, "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
+          "comm_fraction_min": 0.0, "comm_fraction_max": 0.0, "comm_fraction_mean": 0.0}
 
 
 @register

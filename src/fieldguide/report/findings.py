@@ -28,6 +28,10 @@ T = TypeVar("T")
 RELEVANT_ENV_PREFIXES = ("CUDA_", "PYTORCH_", "TORCH", "NCCL_", "OMP_", "MKL_", "KMP_", "NVIDIA_", "HF_", "WORLD_SIZE",
                          "RANK", "LOCAL_RANK", "MASTER_")
 
+# The JSON report's shape (report/schema/report.schema.json): fields may be added under one
+# version; a field renamed or retyped is a new one.
+SCHEMA_VERSION = 1
+
 
 # How deep a saved report's JSON may nest: a report is a few levels deep; a file nested thousands
 # deep is no report, and walking it would exhaust the stack (a RecursionError, not a message).
@@ -178,6 +182,7 @@ class Findings:
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "fieldguide_version": __version__,
+            "schema_version": SCHEMA_VERSION,
             "created": self.created,
             "playbook": self.playbook,
             "playbook_title": self.playbook_title,

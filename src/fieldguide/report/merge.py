@@ -18,7 +18,7 @@ from typing import Any
 from fieldguide import __version__
 from fieldguide.analysis.ranks import pace
 from fieldguide.errors import FieldguideError
-from fieldguide.report.findings import Findings, load_report, utc_now
+from fieldguide.report.findings import SCHEMA_VERSION, Findings, load_report, utc_now
 from fieldguide.report.formats import format_module
 from fieldguide.report.section_types import (
     Bullets,
@@ -282,7 +282,7 @@ def merge(reports: list[tuple[str, Findings]]) -> dict[str, Any]:
     verdicts = {n["verdict"] for n in nodes}
     verdict = ("departure" if causes or "departure" in verdicts else
                "inconclusive" if "inconclusive" in verdicts else "clean")
-    return {"fieldguide_version": __version__, "created": utc_now(), "merged_from": [p for p, _ in reports],
+    return {"fieldguide_version": __version__, "schema_version": SCHEMA_VERSION, "created": utc_now(), "merged_from": [p for p, _ in reports],
             "verdict": verdict, "causes": list(causes.values()), "slow_node": slow_node, "straggler": straggler,
             "nodes": nodes,
             "ranks": ranks}

@@ -13,9 +13,25 @@ SUFFIXES = suffixes()  # report formats by file suffix
 
 
 def format_for(path: Path, explicit: str | None) -> str:
+    """The format to write `path` in: `explicit`, else its suffix's; JSON for a path with no suffix
+    (`-`, /dev/stdout). ValueError for a suffix that names no format (`x.txt`), which would
+    otherwise get JSON it does not say it holds."""
     if explicit:
         return explicit
-    return SUFFIXES.get(path.suffix.lower(), "json")
+    if not path.suffix:
+        return "json"
+    if path.suffix.lower() not in SUFFIXES:
+        raise ValueError(f"the suffix {path.suffix} names no report format; use "
+                         f"{', '.join(sorted(SUFFIXES))}, or --format {'|'.join(FORMATS)}")
+    return SUFFIXES[path.suffix.lower()]
+
+
+# Report paths that mean this process's standard output.
+STDOUT_PATHS = ("-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
+
+
+def is_stdout(path: Path) -> bool:
+    return str(path) in STDOUT_PATHS
 
 
 def render(findings: Findings, fmt: str) -> str:
@@ -36,4 +52,4 @@ def to_html(findings: Findings) -> str:
     return render(findings, "html")
 
 
-__all__ = ["FORMATS", "SUFFIXES", "format_for", "render", "to_html", "to_markdown", "write_report"]
+__all__ = ["FORMATS", "STDOUT_PATHS", "SUFFIXES", "format_for", "is_stdout", "render", "to_html", "to_markdown", "write_report"]
