@@ -54,3 +54,14 @@ def test_agent_reads_cuda_state_in_a_launched_cuda_job(tmp_path) -> None:
     assert data["environment"]["cuda"], proc.stderr
     assert data["environment"]["gpus"], "NVML GPUs are carried into the report"
     assert (data["first_departure"] or {}).get("cause") == "host.debug_mode", proc.stderr
+
+
+def test_node_check_reads_every_gpus_fitness() -> None:
+    from fieldguide.probes.node_gpu import gpu_health
+
+    if not _devices():
+        pytest.skip("NVML works but reports no GPUs")
+    values, rows = gpu_health()
+    assert values["gpus"] == len(rows) >= 1
+    assert all(isinstance(values[k], int) for k in ("gpus_with_errors", "gpus_with_others", "gpus_pcie_short"))
+    assert rows[0]["pcie"] != "n/a" or "pcie_width" in rows[0]["unsupported"]

@@ -40,6 +40,12 @@ class FakeGpu:
     temperature: int = 50
     pcie_kbs: tuple[int, int] = (1024, 4096)  # tx, rx
     gpm: dict[int, float] | None = None  # metric id -> value; None: no GPM on this part
+    ecc_uncorrected: int = 0
+    retired_pending: int = 0
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)  # corrected, uncorrected, pending, failed
+    pcie: tuple[int, int, int, int, int] = (5, 5, 5, 16, 16)  # gen, gen max (GPU and slot), GPU gen max, width, width max
+    persistence: int = 1
+    mig: tuple[int, int] = (0, 0)
     unsupported: set[str] = field(default_factory=set)
 
 
@@ -82,6 +88,16 @@ def fake_pynvml(gpus: list[FakeGpu], *, init_error: str | None = None) -> types.
     m.nvmlDeviceGetComputeRunningProcesses = reading("processes", lambda g: [
         types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in g.processes.items()])
     m.nvmlDeviceGetPcieThroughput = reading("pcie", lambda g, kind: g.pcie_kbs[kind])
+    m.nvmlDeviceGetTotalEccErrors = reading("ecc", lambda g, kind, counter: g.ecc_uncorrected)
+    m.nvmlDeviceGetRetiredPagesPendingStatus = reading("retired", lambda g: g.retired_pending)
+    m.nvmlDeviceGetRemappedRows = reading("remapped", lambda g: g.remapped_rows)
+    m.nvmlDeviceGetCurrPcieLinkGeneration = reading("pcie_gen", lambda g: g.pcie[0])
+    m.nvmlDeviceGetMaxPcieLinkGeneration = reading("pcie_gen_max", lambda g: g.pcie[1])
+    m.nvmlDeviceGetGpuMaxPcieLinkGeneration = reading("pcie_gen_gpu_max", lambda g: g.pcie[2])
+    m.nvmlDeviceGetCurrPcieLinkWidth = reading("pcie_width", lambda g: g.pcie[3])
+    m.nvmlDeviceGetMaxPcieLinkWidth = reading("pcie_width_max", lambda g: g.pcie[4])
+    m.nvmlDeviceGetPersistenceMode = reading("persistence", lambda g: g.persistence)
+    m.nvmlDeviceGetMigMode = reading("mig", lambda g: g.mig)
 
     def samples(g: FakeGpu, kind: int, since: int) -> Any:
         values = [types.SimpleNamespace(timeStamp=ts, sampleValue=types.SimpleNamespace(uiVal=v))

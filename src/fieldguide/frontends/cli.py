@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "[--format json|md|html] [--budget SECONDS] [--no-tui]")
     diag.add_argument("--playbook", required=True, help="playbook id (see `fieldguide playbooks`) or a .yaml path")
     diag.add_argument("--pid", type=int, help="attach to this running process (never stopped or killed)")
-    diag.add_argument("--local", action="store_true", help="no process: only machine-level probes (GPUs)")
+    diag.add_argument("--local", action="store_true",
+                      help="no process: measure this machine (--playbook node-check: is it fit to train?)")
     diag.add_argument("--report", type=Path, help="write the findings report here (`-`: stdout)")
     diag.add_argument("--json", action="store_true",
                       help="print the JSON report alone on stdout, the summary on stderr (with --report, both)")
@@ -167,6 +168,8 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
         # So does a stdin or stdout that is not a terminal (the TUI draws on one and reads keys from the other).
         headless = (args.no_tui or not on_terminal() or args.report or args.budget or args.show_output
                     or args.local or args.try_fix or args.json)
+        if args.local:
+            _check_local(args.playbook)
         if args.try_fix and not cmd:
             raise FieldguideError("--try-fix relaunches the job: it needs a launched command (-- CMD), not --pid")
         if headless:
@@ -176,6 +179,18 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
     if not on_terminal():  # the TUI would wait for keys that never come: say what to run instead
         raise FieldguideError(tui_hint(args.pid, cmd))
     return _tui(args.pid, cmd, None)
+
+
+def _check_local(playbook_id: str) -> None:
+    """--local measures the machine with no process: only a playbook that walks without one can."""
+    from fieldguide.playbook import find_playbook, list_playbooks
+
+    if find_playbook(playbook_id).local:
+        return
+    local = [p.id for p in list_playbooks([]) if p.local]
+    raise FieldguideError(f"--local measures the machine with no process, and the playbook {playbook_id} needs one "
+                          f"(--pid PID or -- CMD); the machine is measured by "
+                          + (", ".join(f"--playbook {p}" for p in local) or "no installed playbook"))
 
 
 def _isatty(stream: object) -> bool:

@@ -144,6 +144,39 @@ class Nvml:
             "unsupported": unsupported,
         }
 
+    def health(self, index: int) -> dict[str, Any]:
+        """What makes a GPU unfit to train on, now (node-check): uncorrected ECC errors, retired
+        pages or remapped rows pending or failed, the PCIe link below the part's own maximum,
+        persistence mode, MIG. None where the device cannot tell (`unsupported` says why)."""
+        m, h = self.m, self.handle(index)
+        unsupported: dict[str, str] = {}
+
+        def value(name: str, fn: str, *args: Any) -> Any:
+            got = self.read(fn, h, *args)
+            if not got.ok:
+                unsupported[name] = str(got.reason)
+            return got.value
+
+        remapped = value("remapped_rows", "nvmlDeviceGetRemappedRows")  # (corrected, uncorrected, pending, failed)
+        mig = value("mig_mode", "nvmlDeviceGetMigMode")  # (current, pending)
+        return {
+            "index": index,
+            "ecc_uncorrected": value("ecc_uncorrected", "nvmlDeviceGetTotalEccErrors",
+                                     getattr(m, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+                                     getattr(m, "NVML_VOLATILE_ECC", 0)),
+            "retired_pages_pending": value("retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus"),
+            "remap_pending": bool(remapped[2]) if remapped else None,
+            "remap_failed": bool(remapped[3]) if remapped else None,
+            "pcie_gen": value("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+            "pcie_gen_max": value("pcie_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration"),  # the GPU's and the slot's
+            "pcie_gen_gpu_max": value("pcie_gen_gpu_max", "nvmlDeviceGetGpuMaxPcieLinkGeneration"),
+            "pcie_width": value("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth"),
+            "pcie_width_max": value("pcie_width_max", "nvmlDeviceGetMaxPcieLinkWidth"),
+            "persistence_mode": value("persistence_mode", "nvmlDeviceGetPersistenceMode"),
+            "mig_mode": mig[0] if mig else None,
+            "unsupported": unsupported,
+        }
+
     def devices(self) -> list[dict[str, Any]]:
         return [self.device(i) for i in range(self.count())]
 

@@ -30,7 +30,7 @@ __all__ = ["PlaybookError", "find_playbook", "list_playbooks", "load_causes", "l
 
 NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
 PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm", "budget", "ready_timeout",
-                   "torch_trace", "include"}
+                   "torch_trace", "include", "local"}
 INCLUDE_FIELDS = {"playbook", "nodes", "continue"}
 
 
@@ -280,6 +280,9 @@ def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
     torch_trace = data.get("torch_trace", False)
     if not isinstance(torch_trace, bool):
         raise PlaybookError(path, data.line_of("torch_trace"), "must be true or false", field="torch_trace")
+    local = data.get("local", False)
+    if not isinstance(local, bool):
+        raise PlaybookError(path, data.line_of("local"), "must be true or false", field="local")
     return Playbook(
         id=playbook_id,
         title=text_field(data, "title", path, None),
@@ -293,6 +296,7 @@ def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
         budget=seconds["budget"],
         ready_timeout=seconds["ready_timeout"],
         torch_trace=torch_trace,
+        local=local,
         source=path,
     )
 

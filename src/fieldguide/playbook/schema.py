@@ -78,6 +78,8 @@ class Playbook:
     ready_timeout: float | None = None
     # Launch the job with TORCH_TRACE (torch's structured compile log, for tlparse) beside the report.
     torch_trace: bool = False
+    # Walks with no process (`diagnose --local`): every node measures the machine.
+    local: bool = False
     source: Path | None = None
 
 
