@@ -17,11 +17,49 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"fieldguide: error: {message}\n")
 
 
+DIAGNOSE_EPILOG = """\
+examples:
+  fieldguide diagnose --playbook slow-training -- python train.py --lr 3e-4
+  fieldguide diagnose --playbook slow-training -- torchrun --nproc-per-node 4 train.py
+  fieldguide diagnose --playbook slow-training --pid 4242 --report findings.html
+  fieldguide diagnose --playbook slow-training --json -- python train.py | jq .verdict
+  fieldguide diagnose --playbook oom --try-fix -- python train.py
+  fieldguide diagnose --playbook node-check --local
+  fieldguide diagnose --playbook slow-training --report 'reports/%h.json' -- torchrun --nnodes 2 ... train.py
+
+exit status:
+  0    clean: the walk reached a healthy leaf
+  1    departure: a node's measurement departed from its expectation (the report names the cause)
+  2    bad usage or input (unknown playbook, no such pid, not Python, ptrace not permitted)
+  3    could not measure what the walk needed (inconclusive)
+  130  interrupted: a launched job is still ended and the partial report written
+
+environment:
+  FIELDGUIDE_PLAYBOOKS   a directory of your own playbooks (YAML), beside the bundled ones
+  FIELDGUIDE_DEMO_PYTHON the Python (with torch) that runs `fieldguide demo`'s job
+  XDG_CACHE_HOME         where `fieldguide calibrate` keeps this machine's calibration
+  NO_COLOR               no colour in the summary and the progress line
+"""
+
+
+class _DiagnoseHelp(argparse.RawDescriptionHelpFormatter):
+    """The epilog as written, and each installed playbook's own --budget default, read when the
+    help is asked for (never on a normal start)."""
+
+    def format_help(self) -> str:
+        from fieldguide.playbook import list_playbooks
+        from fieldguide.walk.session import DEFAULT_BUDGET
+
+        budgets = "".join(f"  {p.id:<22} {p.budget or DEFAULT_BUDGET:.0f} s\n" for p in list_playbooks([]))
+        return super().format_help() + "\n--budget default, by playbook:\n" + budgets
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fieldguide", description=(
         "A field guide for slow PyTorch training jobs: walks a diagnostic playbook, measuring the real job "
         "at every node, and stops at the first place where measurement departs from expectation."),
-        epilog="With no command, opens the TUI (target picker). `fieldguide -- CMD` or `--pid N` opens it on a target.")
+        epilog="With no command, opens the TUI (target picker). `fieldguide -- CMD` or `--pid N` opens it on a target. "
+               "`fieldguide diagnose --help` has examples, the exit status and the environment variables.")
     parser.add_argument("--version", action="version", version=f"fieldguide {__version__}")
     parser.add_argument("--pid", type=int, help="(TUI) attach to a running process")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -35,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     diag = sub.add_parser("diagnose", help="walk a playbook against a pid or a launched command",
                           usage="fieldguide diagnose --playbook ID (--pid PID | -- CMD [ARGS...] | --local) [--report PATH] "
-                                "[--format json|md|html] [--budget SECONDS] [--no-tui]")
+                                "[--json] [--format json|md|html] [--budget SECONDS] [--no-tui] [--try-fix]",
+                          epilog=DIAGNOSE_EPILOG, formatter_class=_DiagnoseHelp)
     diag.add_argument("--playbook", required=True, help="playbook id (see `fieldguide playbooks`) or a .yaml path")
     diag.add_argument("--pid", type=int, help="attach to this running process (never stopped or killed)")
     diag.add_argument("--local", action="store_true",
@@ -44,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--json", action="store_true",
                       help="print the JSON report alone on stdout, the summary on stderr (with --report, both)")
     diag.add_argument("--format", choices=("json", "md", "html"), help="report format (default: from the suffix)")
-    diag.add_argument("--budget", type=float, help="most seconds of measurement (default 45)")
+    diag.add_argument("--budget", type=float, help="most seconds of measurement (default: the playbook's own, below)")
     diag.add_argument("--no-tui", action="store_true", help="walk headlessly even on a terminal")
     diag.add_argument("--show-output", action="store_true", help="pass the launched command's output through (stderr)")
     diag.add_argument("--try-fix", action="store_true",
@@ -72,7 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     timing.add_argument("--timeout", type=float, default=120.0, help="most seconds to wait for the steps")
 
     explain = sub.add_parser("explain", help="print the field-guide page of a cause id, or what a healthy leaf means")
-    explain.add_argument("cause", metavar="ID", help="a cause id (input.cpu_bound) or a healthy leaf (device.compute_bound)")
+    explain.add_argument("cause", metavar="ID", nargs="?",
+                         help="a cause id (input.cpu_bound) or a healthy leaf (device.compute_bound)")
+    explain.add_argument("--list", action="store_true", help="list every cause id and healthy leaf")
+
+    completion = sub.add_parser("completion", help="print a shell completion script: eval \"$(fieldguide completion bash)\"")
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
     return parser
 
 
@@ -153,7 +197,16 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
         from fieldguide.experiments.timing import timing_command
         return timing_command(cmd, steps=args.steps, timeout=args.timeout)
     if args.command == "explain":
+        if args.list:
+            return _list_explainable()
+        if not args.cause:
+            raise FieldguideError("explain needs a cause id or a healthy leaf (`fieldguide explain --list` lists them)")
         return _explain(args.cause)
+    if args.command == "completion":
+        from fieldguide.frontends.completion import script
+
+        sys.stdout.write(script(args.shell, build_parser()))
+        return 0
     if args.command == "demo":
         command = demo_command()  # before anything starts: no torch is one line, not a traceback
         if args.no_tui or not on_terminal() or args.report or args.budget or args.json:
@@ -287,6 +340,14 @@ def _render_saved(args: argparse.Namespace) -> int:
             raise FieldguideError(f"cannot write {args.output}: {err.strerror or err}") from None
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _list_explainable() -> int:
+    from fieldguide.playbook import list_playbooks, load_causes, playbook_dirs
+
+    leaves = {leaf for playbook in list_playbooks([]) for leaf in playbook.leaves}
+    print("\n".join(sorted(load_causes(playbook_dirs()[-1])) + sorted(leaves)))
     return 0
 
 

@@ -1,0 +1,67 @@
+"""Habits of a command-line tool: `diagnose --help` with examples, the exit status, the
+environment and each playbook's budget; shell completion that completes commands, options,
+playbook ids and cause ids."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fieldguide.frontends.cli import main
+from fieldguide.playbook import list_playbooks
+from fieldguide.walk.session import DEFAULT_BUDGET
+
+
+def test_diagnose_help_has_examples_exit_status_environment_and_each_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["diagnose", "--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text and "fieldguide diagnose --playbook node-check --local" in text
+    assert "exit status:" in text and "130  interrupted" in text
+    assert "FIELDGUIDE_PLAYBOOKS" in text and "FIELDGUIDE_DEMO_PYTHON" in text
+    for playbook in list_playbooks([]):
+        assert f"  {playbook.id:<22} {playbook.budget or DEFAULT_BUDGET:.0f} s" in text
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
+@pytest.mark.parametrize(("words", "want", "not_want"), [
+    (["fieldguide", "dia"], {"diagnose"}, {"demo"}),
+    (["fieldguide", "diagnose", "--j"], {"--json"}, set()),
+    (["fieldguide", "diagnose", "--playbook", "slow-"], {"slow-training", "slow-start"}, {"oom"}),
+    (["fieldguide", "explain", "input.w"], {"input.waiting", "input.worker_startup"}, set()),
+    (["fieldguide", "diagnose", "--", "python", "--j"], set(), {"--json"}),  # the launched command's own
+])
+def test_bash_completion(tmp_path: Path, words: list[str], want: set[str], not_want: set[str]) -> None:
+    # `fieldguide` on PATH as the script expects: this interpreter's.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "fieldguide"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m fieldguide \"$@\"\n")
+    shim.chmod(0o755)
+    quoted = " ".join(f"'{w}'" for w in words)
+    run = (f'eval "$(fieldguide completion bash)"; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; '
+           '_fieldguide; printf "%s\\n" "${COMPREPLY[@]}"')
+    done = subprocess.run(["bash", "-c", run], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    got = set(done.stdout.split())
+    assert want <= got and not (not_want & got), got
+
+
+def test_zsh_and_fish_scripts_name_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    for shell in ("zsh", "fish"):
+        assert main(["completion", shell]) == 0
+        text = capsys.readouterr().out
+        assert all(name in text for name in ("diagnose", "report", "explain", "playbook", "json"))
+
+
+def test_an_unknown_shell_is_one_line_and_status_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["completion", "tcsh"])
+    assert done.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
