@@ -34,6 +34,29 @@ def check_report(data: dict) -> None:
     jsonschema.validate(data, schema)
 
 
+def check_artifacts(data: dict) -> set[str]:
+    """Every file a report lists for a viewer exists and opens as that viewer's format; the kinds."""
+    import json
+    from pathlib import Path
+
+    kinds = set()
+    for artifact in data.get("artifacts") or []:
+        path = Path(artifact["path"])
+        assert path.is_file(), artifact
+        kinds.add(artifact["kind"])
+        if artifact["kind"] == "speedscope":
+            profile = json.loads(path.read_text())
+            assert profile["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+            frames = len(profile["shared"]["frames"])
+            for p in profile["profiles"]:
+                assert p["type"] == "sampled" and len(p["samples"]) == len(p["weights"]) > 0
+                assert all(0 <= i < frames for stack in p["samples"] for i in stack)
+        elif artifact["kind"] == "perfetto":
+            trace = json.loads(path.read_text())
+            assert trace["traceEvents"], "an empty trace"
+    return kinds
+
+
 def run_fieldguide(*args: str, timeout: float = 120, env: dict[str, str] | None = None,
                    cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "FIELDGUIDE_WORKLOAD_SECONDS": "60", "NO_COLOR": "1", "COLUMNS": "120", **(env or {})}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from fieldguide import workloads
-from tests.conftest import check_report, run_fieldguide
+from tests.conftest import check_artifacts, check_report, run_fieldguide
 
 pytestmark = pytest.mark.integration
 
@@ -141,6 +142,29 @@ def test_launch(tmp_path: Path, want: workloads.Declaration) -> None:
     data = diagnose(tmp_path, want.playbook, "--", *workloads.command(want.name, sys.executable))
     assert_found(data, want)
     assert data["target"]["kind"] == "launch"
+    kinds = check_artifacts(data)
+    if want.cause == "host.overhead_bound":  # the windows it was judged on, for speedscope and Perfetto
+        assert {"speedscope", "perfetto"} <= kinds, data.get("artifacts")
+    if want.playbook == "compile-regression" and want.cause:
+        tlparse_the_trace(data, tmp_path)
+
+
+def tlparse_the_trace(data: dict, tmp_path: Path) -> None:
+    """The tlparse command the report prints works with the tlparse on the package index."""
+    import shlex
+    import shutil
+    import subprocess
+
+    traces = [a for a in data.get("artifacts") or [] if a["kind"] == "torch_trace"]
+    assert traces, data.get("artifacts")
+    tlparse = shutil.which("tlparse", path=str(Path(sys.executable).parent)) or shutil.which("tlparse")
+    if tlparse is None:
+        pytest.skip("tlparse is not installed (the test extra has it)")
+    argv = shlex.split(traces[0]["command"])
+    assert argv[0] == "tlparse"
+    done = subprocess.run([tlparse, *argv[1:]], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (Path(argv[argv.index("-o") + 1]) / "index.html").is_file()
     assert data["environment"]["torch"], "the agent reports torch's version"
     # Every launched walk takes the job's start apart: consecutive phases from the spawn on.
     cold = data["cold_start"]

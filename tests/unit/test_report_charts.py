@@ -227,3 +227,13 @@ def test_html_report_inlines_the_charts_and_markdown_is_unchanged() -> None:
         parse(svg)
     assert "<svg" not in to_markdown(f)
     assert "<svg" not in to_html(findings())
+
+
+def test_what_memory_holds_is_a_bar_per_part() -> None:
+    values = {"oom": True, "activations_mb": 900.0, "optimizer_state_mb": 120.0, "parameters_mb": 60.0,
+              "gradients_mb": 60.0, "other_mb": None, "limit": "cgroup memory.max", "limit_mb": 1024}
+    (caption, svg), = charts_for(findings(evidence={"memory.peak": {"probe": "memory.breakdown", "values": values}}))
+    assert caption.startswith("What memory holds at the out-of-memory error, MB (memory.peak:")
+    assert "cgroup memory.max" in caption and "1024 MB" in caption
+    root = parse(svg)
+    assert len(root.findall(".//s:g[@class='bar']", NS)) == 4  # a part not measured draws no bar

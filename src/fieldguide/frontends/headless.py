@@ -91,6 +91,10 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
             on_interrupt.walk_over()
         if target is not None:
             target.close()
+    if report is not None:  # the summary lists the files for viewers where the report keeps them
+        from fieldguide.report.artifacts import place
+
+        findings = place(findings, report)
     Console(highlight=False, stderr=stdout_format is not None).print(summary_panel(findings))
     if stdout_format is not None:
         sys.stdout.write(render(findings, stdout_format))

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fieldguide.measurement import Measurement
@@ -34,6 +35,9 @@ class ProbeContext:
     measure: Callable[[str, dict[str, Any]], Measurement] | None = None
     # Drops a cached reading that no longer stands for the job (a window taken in an evaluation).
     forget: Callable[[str], None] | None = None
+    # Where a probe keeps files for the usual viewers (a speedscope profile, a Perfetto trace):
+    # the walk's own folder, copied beside the report when one is written. None: keep nothing.
+    artifacts: Callable[[], Path] | None = None
 
     def sleep(self, seconds: float) -> bool:
         """Sleep unless cancelled or the target died; False means stop measuring."""

@@ -17,6 +17,17 @@ T = TypeVar("T")
 __all__ = ["ColdStart", "JobIdentity", "RankRow"]  # declared beside what makes them; named here with the other kinds
 
 
+class Artifact(TypedDict, total=False):
+    """A file a walk leaves for a viewer people already open: its kind, where it is (absolute),
+    how to open it (speedscope, Perfetto, tlparse, memory_viz), and where a tool reads it, the
+    command that does."""
+
+    kind: str
+    path: str
+    open_with: str
+    command: str
+
+
 class StackShare(TypedDict, total=False):
     """One of the most frequent stacks: its share of the samples (main thread) or its samples
     (DataLoader workers), what it was doing, and the stack, innermost frame first."""
@@ -103,15 +114,17 @@ EAGER_MS: EvidenceKind[list[float]] = EvidenceKind("eager_ms", "the eager arm's 
 TURNS: EvidenceKind[Rows] = EvidenceKind("turns", "the A/B's turns: arm, steps, seconds")
 DEVICE_MS: EvidenceKind[list[float]] = EvidenceKind("device_ms", "the steps' device time, ms")
 HOST_MS: EvidenceKind[list[float]] = EvidenceKind("host_ms", "the steps' host time, ms")
+ARTIFACTS: EvidenceKind[list[Artifact]] = EvidenceKind(
+    "artifacts", "files left for the usual viewers (speedscope, Perfetto, tlparse, memory_viz)")
 
 KINDS: dict[str, EvidenceKind[Any]] = {kind.key: kind for kind in (
     TABLE, TOP_STACKS, TOP_WORKER_STACKS, COLD_START, TORCH_TRACE, RANKS, JOB, STEP_MS, DATA_WAIT_MS, EPOCH_STARTS,
     INPUT_PHASE, MAIN_CATEGORIES, WORKER_CATEGORIES, SAMPLES, RSS_MB, MAIN_CPU_CORES, WORKER_CPU_CORES,
     PER_PROCESS_CORES, ROWS, RSS, CENSUS, GROWING, KEPT_BY, BREAKDOWN, MESSAGE, CUDA, LIMITS, GPU, GPU_USED, GPUS,
-    DEVICES_FROM, STATE, TOP_OPS, CONFIG, FRAMES, REASONS, COMPILED_MS, EAGER_MS, TURNS, DEVICE_MS, HOST_MS)}
+    DEVICES_FROM, STATE, TOP_OPS, CONFIG, FRAMES, REASONS, COMPILED_MS, EAGER_MS, TURNS, DEVICE_MS, HOST_MS, ARTIFACTS)}
 
 # What the stack sampler leaves (probes/stacks.stack_values), for every probe that passes it on.
-STACK_KINDS = (MAIN_CATEGORIES, WORKER_CATEGORIES, TOP_STACKS, TOP_WORKER_STACKS)
+STACK_KINDS = (MAIN_CATEGORIES, WORKER_CATEGORIES, TOP_STACKS, TOP_WORKER_STACKS, ARTIFACTS)
 
 
 def undeclared(evidence: Mapping[str, Any], declared: tuple[EvidenceKind[Any], ...]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from fieldguide.agent.inside.rows import MemoryRow, RssRow
@@ -162,17 +163,33 @@ def breakdown_values(b: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def keep_snapshot(path: str | None) -> str | None:
-    """The agent's allocator snapshot, copied beside the user (the job's temp dir goes with it):
-    open it at https://pytorch.org/memory_viz."""
+MEMORY_VIZ = "https://pytorch.org/memory_viz (drop the file on it)"
+
+
+def keep_snapshot(path: str | None, folder: Path | None) -> str | None:
+    """The agent's allocator snapshot, copied into the walk's folder for viewers (the job's temp
+    dir goes with it), else beside the user: open it at https://pytorch.org/memory_viz."""
     if not path or not os.path.exists(path):
         return None
-    kept = os.path.abspath(f"fieldguide-{os.path.basename(path)}")
+    kept = str(folder / os.path.basename(path)) if folder is not None else \
+        os.path.abspath(f"fieldguide-{os.path.basename(path)}")
     try:
         shutil.copyfile(path, kept)
     except OSError:
         return None
     return kept
+
+
+def no_snapshot_why(b: dict[str, Any], history_armed: bool) -> str:
+    """Why an out-of-memory walk leaves no allocator snapshot: memory_viz reads the CUDA
+    allocator's, which a CPU job does not have, and which records history only when armed."""
+    if not b.get("cuda"):
+        return ("the job's tensors are in host memory: an allocator snapshot (memory_viz) exists only for "
+                "CUDA memory; the breakdown chart shows what the memory holds")
+    if not history_armed:
+        return ("CUDA allocation history was not recorded, so there is no snapshot to dump: relaunch under "
+                "fieldguide with a playbook that arms `memory:history`")
+    return "the allocator's snapshot could not be written"
 
 
 def describe_breakdown(values: dict[str, Any]) -> str:
@@ -185,7 +202,7 @@ def describe_breakdown(values: dict[str, Any]) -> str:
 @register
 class MemoryBreakdown(AgentProbe):
     id = "memory.breakdown"
-    evidence_kinds = (ev.BREAKDOWN, ev.MESSAGE, ev.RSS)
+    evidence_kinds = (ev.BREAKDOWN, ev.MESSAGE, ev.RSS, ev.ARTIFACTS)
     title = "What memory holds at peak: activations, optimizer state, parameters, gradients, other"
     capability = "memory"
     reads_history = True  # an OOM that ended the job left its breakdown behind
@@ -225,9 +242,14 @@ class MemoryBreakdown(AgentProbe):
             values["oom"] = True
             values["requested_mb"] = mb(caught[-1].get("requested"))
         values["breakdown"] = describe_breakdown(values)
-        snapshot = keep_snapshot(next((e.get("snapshot") for e in [b, *caught] if e.get("snapshot")), None))
+        snapshot = keep_snapshot(next((e.get("snapshot") for e in [b, *caught] if e.get("snapshot")), None),
+                                 ctx.artifacts() if ctx.artifacts is not None else None)
+        kept: list[dict[str, str]] = []
         if snapshot:
             values["snapshot"] = snapshot
+            kept = [{"kind": "memory_snapshot", "path": snapshot, "open_with": MEMORY_VIZ}]
+        elif values["oom"]:
+            values["snapshot"] = f"none: {no_snapshot_why(b, bool(b.get('armed_history')))}"
         if b.get("tensor_bytes") == 0 and not any(b.get(k) for k in ("parameters", "activations", "other_tensors")):
             return self.cannot("the target holds no tensors: nothing of torch's to break down",
                                seconds=time.monotonic() - started)
@@ -236,7 +258,10 @@ class MemoryBreakdown(AgentProbe):
                       f"limits from /proc and the cgroup, or the GPU's total; {how}")
         if failures:
             provenance += f"; hooks that did not install: {'; '.join(failures)}"
-        evidence = {"breakdown": {k: v for k, v in b.items() if k not in ("message",)}, "message": b.get("message")}
+        evidence: dict[str, Any] = {"breakdown": {k: v for k, v in b.items() if k not in ("message",)},
+                                    "message": b.get("message")}
+        if kept:
+            evidence["artifacts"] = kept
         return self.measurement(values=values, evidence=evidence, seconds=time.monotonic() - started,
                                 provenance=provenance)
 

@@ -6,6 +6,7 @@ The profiler costs ~2x while active, so the window is a few steps only.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
@@ -13,11 +14,13 @@ from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext, stack_window
 
+PERFETTO = "https://ui.perfetto.dev (Open trace file), or chrome://tracing"
+
 
 @register
 class OpProfile(AgentProbe):
     id = "torch.ops"
-    evidence_kinds = (ev.TOP_OPS,)
+    evidence_kinds = (ev.TOP_OPS, ev.ARTIFACTS)
     title = "Profile a few steps with torch.profiler: ops per step and time inside ops"
     capability = "opprofile"
     params = {"steps": 5, "timeout": 30.0}
@@ -35,7 +38,10 @@ class OpProfile(AgentProbe):
         self.reading(ctx, status=f"profiling {steps} steps with torch.profiler")
         wait = min(timeout, max(ctx.budget_left, 5.0))
         # The agent drops the request past `timeout_s`, so a late profile never slows later nodes.
-        reply = self.ask(ctx, {"steps": steps, "timeout_s": wait}, timeout=wait + 1.0)
+        ask: dict[str, Any] = {"steps": steps, "timeout_s": wait}
+        if ctx.artifacts is not None:  # the window as a trace for Perfetto, beside the counts
+            ask["trace"] = str(ctx.artifacts() / f"torch-profiler-{int(time.time())}.pt.trace.json")
+        reply = self.ask(ctx, ask, timeout=wait + 1.0)
         elapsed = time.monotonic() - started
         if not reply.ok:
             if not ctx.target.alive():
@@ -61,6 +67,9 @@ class OpProfile(AgentProbe):
             detail += (f"; a framework's own code in {values['bookkeeping_fraction']:.0%} of the training thread's "
                        f"samples, most in {values['bookkeeping_at']}")
         values["overhead_detail"] = detail
-        return self.measurement(values=values, evidence={"top_ops": profile["top_ops"]}, seconds=elapsed,
+        evidence: dict[str, Any] = {"top_ops": profile["top_ops"]}
+        if profile.get("trace"):
+            evidence["artifacts"] = [{"kind": "perfetto", "path": profile["trace"], "open_with": PERFETTO}]
+        return self.measurement(values=values, evidence=evidence, seconds=elapsed,
                                 provenance=f"torch.profiler (CPU{' + CUDA' if profile.get('device_time_us') else ''}) "
                                            f"over {profile['steps']} steps; outermost aten ops, DataLoader time and the wait for other ranks excluded")

@@ -505,6 +505,13 @@ class StackSample(Probe):
                                provenance=provenance, seconds=elapsed)
         all_samples, active_samples = read_samples(texts, pid)
         values, evidence = stack_values(all_samples, active_samples, alive_at_end=alive_at_end, device=uses_gpu(pid))
+        if ctx.artifacts is not None:  # the window itself, for speedscope: what the counts were made from
+            from fieldguide.probes.speedscope import keep_speedscope
+
+            kept = keep_speedscope(ctx.artifacts(), texts["all"], f"py-spy, pid {pid}, {seconds:.0f} s at {rate} Hz "
+                                   "(idle included)", f"stacks-{pid}-{int(time.time())}")
+            if kept is not None:
+                evidence["artifacts"] = [kept]
         if not values["samples"]:
             return self.cannot("py-spy saw no samples of the main thread", provenance=provenance, seconds=elapsed)
         return self.measurement(values=values, evidence=evidence, provenance=provenance, seconds=elapsed,

@@ -226,7 +226,7 @@ def line_chart(title: str, series: list[Series], x_label: str = "step") -> str:
 
 
 def bar_chart(title: str, bars: list[Bar], unit: str = "ms", reference: Bar | None = None,
-              line: bool = False) -> str:
+              line: bool = False, names: tuple[str, str] = ("arm", "median")) -> str:
     """A bar per arm at its median, a whisker over its quartiles, its label and median under it; `line` joins
     the medians (a sweep), `reference` is drawn as a dashed level (the job as launched)."""
     shown = [b for b in bars if b.value is not None]
@@ -265,8 +265,8 @@ def bar_chart(title: str, bars: list[Bar], unit: str = "ms", reference: Bar | No
                     f"stroke='{COLOURS[6]}' stroke-dasharray='5 3'/>"
                     + _text(LEFT + plot_w + 4, y - 2, _fit(reference.label, RIGHT - 6))
                     + _text(LEFT + plot_w + 4, y + 11, fmt(reference.value, unit)))
-    body.append(_text(LEFT - 4, HEIGHT - 18, "workers" if line else "arm", "end")
-                + _text(LEFT - 4, HEIGHT - 4, "median", "end"))
+    body.append(_text(LEFT - 4, HEIGHT - 18, "workers" if line else names[0], "end")
+                + _text(LEFT - 4, HEIGHT - 4, names[1], "end"))
     return _svg(title, body)
 
 
@@ -326,6 +326,7 @@ def charts_for(findings: Findings) -> list[tuple[str, str]]:
         else:
             title = f"Fix of {exp.get('cause')}: ms per step, before and after"
             charts.append((f"{title} ({SPREAD})", bar_chart(title, bars)))
+    charts += memory_charts(findings)
     cold = findings.cold_start
     if isinstance(cold, dict) and isinstance(cold.get("phases"), list):
         total = number(cold.get("total_s"))
@@ -333,3 +334,32 @@ def charts_for(findings: Findings) -> list[tuple[str, str]]:
         charts.append((f"{title} (a segment per phase, as wide as its seconds)",
                        timeline_chart(title, cold["phases"], total)))
     return charts
+
+
+MEMORY_PARTS = (("activations", "activations_mb"), ("optimizer state", "optimizer_state_mb"),
+                ("parameters", "parameters_mb"), ("gradients", "gradients_mb"), ("other tensors", "other_mb"))
+
+
+def memory_charts(findings: Findings) -> list[tuple[str, str]]:
+    """What memory holds (a memory.breakdown's parts, MB), once: the picture of the census on a
+    job whose allocator keeps no snapshot (CPU tensors), beside memory_viz's on CUDA."""
+    for node, evidence in findings.evidence.items():
+        if not isinstance(evidence, dict) or evidence.get("probe") != "memory.breakdown":
+            continue
+        values = evidence.get("values")
+        if not isinstance(values, dict):
+            continue
+        bars = [Bar(name, float(values[key])) for name, key in MEMORY_PARTS
+                if isinstance(values.get(key), (int, float))]
+        if not bars:
+            continue
+        when = "at the out-of-memory error" if values.get("oom") else "at its peak step"
+        title = f"What memory holds {when}, MB"
+        limit = values.get("limit_mb")
+        said = f"; the tightest limit ({values.get('limit')}) is {limit} MB" if isinstance(limit, (int, float)) else ""
+        snapshot = str(values.get("snapshot") or "")
+        if snapshot.startswith("none: "):
+            said += f". No allocator snapshot: {snapshot[len('none: '):]}"
+        return [(f"{title} ({node}: tensors by what keeps them, unique storage{said})",
+                 bar_chart(title, bars, unit="MB", names=("held by", "MB")))]
+    return []

@@ -14,7 +14,15 @@ from fieldguide import __version__
 from fieldguide.errors import FieldguideError
 from fieldguide.measurement import format_value
 from fieldguide.probes import evidence as ev
-from fieldguide.probes.evidence import ColdStart, EvidenceKind, JobIdentity, RankRow, StackShare
+from fieldguide.probes.evidence import (
+    Artifact,
+    ColdStart,
+    EvidenceKind,
+    JobIdentity,
+    RankRow,
+    StackShare,
+)
+from fieldguide.report.artifacts import gather
 from fieldguide.report.redact import redact_argv, redact_env, redact_text, redact_tree
 from fieldguide.report.vocabulary import ACTIONS, VERDICTS
 from fieldguide.walk.engine import DEPARTURE, Walk
@@ -178,6 +186,8 @@ class Findings:
     # seconds fieldguide itself used (its samplers included).
     contention: dict[str, Any] = field(default_factory=dict)
     self_cpu_s: float | None = None
+    # Files left for the usual viewers (report/artifacts.py): speedscope, Perfetto, tlparse.
+    artifacts: list[Artifact] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -214,6 +224,8 @@ class Findings:
             data["contention"] = self.contention
         if self.self_cpu_s is not None:
             data["self_cpu_s"] = self.self_cpu_s
+        if self.artifacts:
+            data["artifacts"] = self.artifacts
         redacted: dict[str, Any] = redact_tree(data)
         return redacted
 
@@ -258,7 +270,8 @@ class Findings:
                    cold_start=cast(ColdStart, cold_start) if cold_start else None, ranks=ranks,
                    job=cast(JobIdentity, data["job"]) if isinstance(data.get("job"), dict) else None,
                    contention=dict(data.get("contention") or {}) if isinstance(data.get("contention"), dict) else {},
-                   self_cpu_s=data.get("self_cpu_s") if isinstance(data.get("self_cpu_s"), (int, float)) else None)
+                   self_cpu_s=data.get("self_cpu_s") if isinstance(data.get("self_cpu_s"), (int, float)) else None,
+                   artifacts=_artifacts(data.get("artifacts")))
 
     def redacted(self) -> Findings:
         """These findings as every view shows them: every secret-looking string redacted."""
@@ -339,6 +352,14 @@ def environment_from(measurement_values: dict[str, Any], gpus: list[dict[str, An
     }
 
 
+def _artifacts(value: Any) -> list[Artifact]:
+    """A saved report's artifacts: those with a kind and a path (anything else is passed over)."""
+    if not isinstance(value, list):
+        return []
+    return [cast(Artifact, a) for a in value
+            if isinstance(a, dict) and isinstance(a.get("kind"), str) and isinstance(a.get("path"), str)]
+
+
 def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str, Any], *,
                        note: str = "", log_tail: list[str] | None = None) -> Findings:
     departure = None
@@ -382,6 +403,7 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
         log_tail=[redact_text(line) for line in (log_tail or [])],
         evidence=evidence,
         units=units,
+        artifacts=gather(evidence),
     )
 
 

@@ -39,8 +39,11 @@ def render(findings: Findings, fmt: str) -> str:
 
 
 def write_report(findings: Findings, path: Path, fmt: str | None = None) -> Path:
+    """Write the report, with the walk's files for viewers copied beside it (report/artifacts.py)."""
+    from fieldguide.report.artifacts import place
+
     path = Path(path)
-    text = render(findings, format_for(path, fmt))
+    text = render(place(findings, path), format_for(path, fmt))
     return write_text(path, text)  # never half a report, never through a planted link
 
 

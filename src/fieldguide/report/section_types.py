@@ -56,6 +56,7 @@ class Cell:
     text: str
     code: bool = False
     status: str = ""  # a node status the cell shows: formats may colour it
+    link: str = ""  # where the cell's text points (a file:// URI): formats that link, link it
 
 
 def cells(*texts: object) -> tuple[Cell, ...]:

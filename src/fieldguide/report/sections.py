@@ -127,7 +127,24 @@ def summary_sections(findings: Findings, *, max_rows: int = 8) -> list[Section]:
         sections.append(Paragraph((Span(f.note),), kind="note"))
     if f.reruns:
         sections += [Heading(3, "Measured again in the TUI:"), _path_brief(f, f.reruns, reruns=True)]
+    sections += artifact_sections(f, level=3)
     return sections
+
+
+def artifact_sections(f: Findings, level: int = 2) -> list[Section]:
+    """The files the walk left for the usual viewers: what each is, where, and what opens it."""
+    if not f.artifacts:
+        return []
+    rows = [(Cell(str(a.get("kind", ""))), Cell(str(a["path"]), code=True, link=_file_link(str(a["path"]))),
+             Cell(str(a.get("command") or a.get("open_with") or ""), code=bool(a.get("command"))))
+            for a in f.artifacts]
+    return [Heading(level, "Files to open"), Table(("kind", "file", "open with"), tuple(rows))]
+
+
+def _file_link(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).as_uri() if path.startswith("/") else ""
 
 
 def _experiments(f: Findings) -> list[Section]:
@@ -175,6 +192,7 @@ def report_sections(findings: Findings) -> list[Section]:
         sections += [Heading(2, "Measured again in the TUI"),
                      _table(("when", "did", "node", "status", "measured", "expected", "s", "note"),
                             _steps_rows(f, f.reruns, reruns=True))]
+    sections += artifact_sections(f)
     sections += evidence_sections(f, APPENDIX)
     if f.log_tail:
         sections += [Heading(2, "Target output (last lines)"),

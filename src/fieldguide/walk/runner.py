@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fieldguide.measurement import Measurement
@@ -48,11 +50,28 @@ class ProbeRunner:
         self._prefetch_threads: list[threading.Thread] = []
         self._on_reading = on_reading or (lambda r: None)
         self.windows: list[dict[str, Any]] = []  # each window's contention (probes/contention.py)
+        self._artifacts: Path | None = None
+        self._artifacts_lock = threading.Lock()  # not _lock: a prefetch thread asks while a node waits for it
 
     def _context(self) -> ProbeContext:
         return ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
                             cancelled=self.cancelled, on_reading=self._on_reading, measure=self.measure_probe,
-                            forget=self.forget)
+                            forget=self.forget, artifacts=self.artifacts_dir)
+
+    def measured(self) -> list[tuple[tuple[str, str], Measurement]]:
+        """Every measurement taken so far, prefetched windows no node adopted included."""
+        with self._lock:
+            done = [(key, f.result) for key, f in self._inflight.items() if f.done.is_set() and f.result is not None]
+            return list(self.cache.items()) + done
+
+    def artifacts_dir(self) -> Path:
+        """The walk's folder for files a viewer opens, made when a probe first keeps one (private:
+        stacks and traces show the job's code). It outlives the walk: the report points into it,
+        or at its copy beside the report."""
+        with self._artifacts_lock:
+            if self._artifacts is None:
+                self._artifacts = Path(tempfile.mkdtemp(prefix="fieldguide-artifacts-"))
+            return self._artifacts
 
     def __call__(self, option: MeasureOption) -> Measurement:
         return self.measure_probe(option.probe, option.params)
@@ -94,7 +113,7 @@ class ProbeRunner:
         """On its own thread, taking no lock: the node that asks adopts the result (a walk
         thread may hold the runner's lock while it waits for this one)."""
         context = ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
-                               cancelled=self._prefetch_stop, measure=None)
+                               cancelled=self._prefetch_stop, measure=None, artifacts=self.artifacts_dir)
         window = self._contention()
         try:
             flight.result = probe_cls().run(context, **merged)

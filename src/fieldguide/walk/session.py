@@ -20,6 +20,7 @@ from fieldguide.host.samplers import own_cpu_seconds
 from fieldguide.playbook import Playbook
 from fieldguide.probes.contention import describe, summarize
 from fieldguide.probes.evidence import JOB, RANKS
+from fieldguide.report.artifacts import gather
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
 from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
 from fieldguide.walk.engine import NodeResult, Walk
@@ -157,6 +158,10 @@ class Session:
         findings.cold_start = self.cold_start()
         findings.contention = summarize(self.runner.windows)
         findings.self_cpu_s = round(own_cpu_seconds() - self._cpu_at_start, 2)
+        # Every window the walk took leaves its files, those no node's evidence carries included
+        # (a prefetched stack window whose counts a node read as values only).
+        findings.artifacts = gather({**{f"{probe} {params}": m.evidence for (probe, params), m in self.runner.measured()},
+                                     **findings.evidence})
         busy = describe(findings.contention)
         if busy:
             findings.note = f"{findings.note}; {busy}" if findings.note else busy

@@ -44,6 +44,8 @@ def _spans(spans: tuple[Span, ...]) -> str:
 
 def _cell(cell: Cell) -> str:
     text = f"<code>{escape(cell.text)}</code>" if cell.code else escape(cell.text)
+    if cell.link:
+        text = f"<a href='{escape(cell.link)}'>{text}</a>"
     return f"<td class='{escape(cell.status)}'>{text}</td>" if cell.status else f"<td>{text}</td>"
 
 

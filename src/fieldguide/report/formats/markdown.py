@@ -41,7 +41,10 @@ def _spans(spans: tuple[Span, ...]) -> str:
 
 
 def _cell(cell: Cell) -> str:
-    return md_code(cell.text, cell=True) if cell.code else md_cell(cell.text)
+    text = md_code(cell.text, cell=True) if cell.code else md_cell(cell.text)
+    # A link's target in <...> may hold spaces; `<`, `>` and `|` (a table) are percent-escaped.
+    target = cell.link.replace("<", "%3C").replace(">", "%3E").replace("|", "%7C")
+    return f"[{text}](<{target}>)" if cell.link else text
 
 
 def _row(*cells: str) -> str:

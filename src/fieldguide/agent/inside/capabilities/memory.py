@@ -262,7 +262,8 @@ class Memory(Capability):
         self.end_tracked_step()  # the hooks stay: the job is ending, and its thread-local stack may be gone
         result = self.breakdown(self.peak_saved if self.armed else {}, at="oom", saved_ptrs=in_flight)
         result.update(event="oom", error=type(exc).__name__, message=str(exc)[:300],
-                      requested=memread.requested_bytes(str(exc)), armed=self.armed, snapshot=self.dump_snapshot())
+                      requested=memread.requested_bytes(str(exc)), armed=self.armed, armed_history=self.history,
+                      snapshot=self.dump_snapshot())
         self.events.append(result)
 
     def dump_snapshot(self) -> str | None:

@@ -34,7 +34,9 @@ class OpProfile(Capability):
             busy = self.request is not None or self.profiler is not None
             if not busy:
                 self.request = {"id": request_id, "steps": int(params.get("steps", 5)),
-                                "deadline": time.monotonic() + float(params.get("timeout_s", 30))}
+                                "deadline": time.monotonic() + float(params.get("timeout_s", 30)),
+                                # where to write the window as a Chrome/Perfetto trace (fieldguide's folder)
+                                "trace": params.get("trace") if isinstance(params.get("trace"), str) else None}
         if busy:
             self.agent.fail(request_id, "a profile is already running")
         else:
@@ -108,9 +110,17 @@ class OpProfile(Capability):
 
     def send_profile(self, profiler: Any, request: dict[str, Any], wall: float, waited: float = 0.0) -> None:
         try:
-            self.agent.reply(request["id"], {"profile": summarize_profile(profiler, request["steps"], wall, waited)})
+            profile = summarize_profile(profiler, request["steps"], wall, waited)
         except Exception as err:
             self.agent.fail(request["id"], f"could not read the profile: {err!r}")
+            return
+        if request.get("trace"):
+            try:
+                profiler.export_chrome_trace(request["trace"])
+                profile["trace"] = request["trace"]
+            except Exception as err:  # the counts stand without the file
+                profile["trace_error"] = repr(err)
+        self.agent.reply(request["id"], {"profile": profile})
 
 
 COMPILED_REGION = "Torch-Compiled Region:"

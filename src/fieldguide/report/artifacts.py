@@ -1,0 +1,58 @@
+"""The files a walk leaves for the viewers people already open (report field `artifacts`):
+gathered from the nodes' evidence, copied beside the report when one is written, and listed in
+every report format with what opens them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fieldguide.probes import evidence as ev
+from fieldguide.probes.evidence import Artifact
+
+TLPARSE = "tlparse (pip install tlparse): an HTML report of every compile, graph break and recompile"
+
+
+def gather(evidence: dict[str, dict[str, Any]]) -> list[Artifact]:
+    """Every artifact the nodes' evidence names, once each, and the TORCH_TRACE logs with the
+    tlparse command that reads each (tlparse takes one log file, not the folder)."""
+    found: dict[str, Artifact] = {}
+    for node in evidence.values():
+        for artifact in ev.ARTIFACTS.of(node) or []:
+            if isinstance(artifact, dict) and isinstance(artifact.get("path"), str):
+                found.setdefault(artifact["path"], artifact)
+        folder = ev.TORCH_TRACE.of(node)
+        if isinstance(folder, str) and os.path.isdir(folder):
+            for log in sorted(Path(folder).glob("*.log")):
+                found.setdefault(str(log), {"kind": "torch_trace", "path": str(log), "open_with": TLPARSE,
+                                            "command": tlparse_command(log)})
+    return list(found.values())
+
+
+def tlparse_command(log: Path) -> str:
+    return f"tlparse {log} -o {log.parent}/{log.stem}-tlparse --overwrite"
+
+
+def place(findings: Any, report: Path) -> Any:
+    """The findings with each artifact that is not already beside the report copied into
+    `<report stem>-artifacts/` next to it (a private folder: stacks and traces show the job's
+    code), its path the copy's. Artifacts already beside the report (TORCH_TRACE's folder) stay."""
+    artifacts: list[Artifact] = list(findings.artifacts)
+    if not artifacts:
+        return findings
+    home = report.resolve().parent
+    folder = home / f"{report.stem}-artifacts"
+    placed: list[Artifact] = []
+    for artifact in artifacts:
+        source = Path(artifact["path"])
+        if home in source.resolve().parents or not source.is_file():
+            placed.append(artifact)
+            continue
+        folder.mkdir(mode=0o700, exist_ok=True)
+        copy = folder / source.name
+        shutil.copyfile(source, copy)
+        placed.append({**artifact, "path": str(copy)})
+    return dataclasses.replace(findings, artifacts=placed)

@@ -1,0 +1,73 @@
+"""The files a walk leaves for the usual viewers: a stack window as a speedscope profile, gathered
+from the evidence once each, copied beside the report, listed and linked in every format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fieldguide.probes.speedscope import keep_speedscope, speedscope_profile
+from fieldguide.report.artifacts import gather, place, tlparse_command
+from fieldguide.report.findings import environment_from, findings_from_walk
+from fieldguide.report.render import render
+
+RAW = (
+    'process 10:"python train.py";thread (10): MainThread;<module> (train.py:40);step (train.py:20);'
+    "backward (torch/_tensor.py:520) 30\n"
+    'process 10:"python train.py";thread (10): MainThread;<module> (train.py:40);next (loader.py:9) 10\n'
+    'process 10:"python train.py";process 11:"python train.py";thread (11): MainThread;'
+    "loop (worker.py:3);read (data.py:7) 12\n"
+    "garbage line\n"
+)
+
+
+def test_a_raw_window_becomes_one_sampled_profile_per_thread() -> None:
+    profile = speedscope_profile(RAW, "py-spy, pid 10")
+    assert profile["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    names = [f["name"] for f in profile["shared"]["frames"]]
+    main, worker = profile["profiles"]  # the busiest first
+    assert main["name"] == "pid 10 MainThread" and worker["name"] == "pid 11 MainThread"
+    assert main["weights"] == [30, 10] and main["endValue"] == 40 and worker["weights"] == [12]
+    assert [names[i] for i in main["samples"][0]] == ["<module> (train.py:40)", "step (train.py:20)",
+                                                      "backward (torch/_tensor.py:520)"]
+    assert names.count("<module> (train.py:40)") == 1  # frames shared
+
+
+def test_an_empty_window_keeps_no_file(tmp_path: Path) -> None:
+    assert keep_speedscope(tmp_path, "", "x", "stacks") is None and not list(tmp_path.iterdir())
+    kept = keep_speedscope(tmp_path, RAW, "x", "stacks")
+    assert kept is not None and json.loads(Path(kept["path"]).read_text())["profiles"]
+
+
+def test_artifacts_are_gathered_once_with_the_torch_traces_tlparse_command(tmp_path: Path) -> None:
+    trace = tmp_path / "r-torch-trace"
+    trace.mkdir()
+    (trace / "dedicated_log_torch_trace_ab.log").write_text("{}\n")
+    spy = {"kind": "speedscope", "path": "/x/s.json", "open_with": "speedscope"}
+    found = gather({"a": {"artifacts": [spy]}, "b": {"artifacts": [spy], "torch_trace": str(trace)}})
+    assert [a["kind"] for a in found] == ["speedscope", "torch_trace"]
+    log = trace / "dedicated_log_torch_trace_ab.log"
+    assert found[1]["command"] == tlparse_command(log) == f"tlparse {log} -o {trace}/dedicated_log_torch_trace_ab-tlparse --overwrite"
+
+
+def test_a_written_report_keeps_its_files_beside_it_and_links_them(tmp_path: Path, walk_with: Any) -> None:
+    walk, _ = walk_with({"loop.steps": {"data_wait_fraction": 0.8}})
+    env = environment_from({"python": "3.11", "torch": "2.13.0", "cuda": None, "cpu_cores": 2, "nvml": "ok"}, [])
+    findings = findings_from_walk(walk, {"kind": "launch", "pid": 1, "cmdline": ["python", "t.py"]}, env)
+    walk_dir = tmp_path / "walk"
+    walk_dir.mkdir()
+    kept = keep_speedscope(walk_dir, RAW, "x", "stacks-1")
+    assert kept is not None
+    findings.artifacts = [kept]
+    report = tmp_path / "out" / "r.json"
+    report.parent.mkdir()
+    placed = place(findings, report)
+    copy = tmp_path / "out" / "r-artifacts" / "stacks-1.speedscope.json"
+    assert placed.artifacts[0]["path"] == str(copy) and copy.read_text() == Path(kept["path"]).read_text()
+    assert (copy.parent.stat().st_mode & 0o777) == 0o700
+    assert place(placed, report).artifacts == placed.artifacts  # already beside it: left where it is
+    assert json.loads(render(placed, "json"))["artifacts"][0]["path"] == str(copy)
+    markdown, html = render(placed, "md"), render(placed, "html")
+    assert "## Files to open" in markdown and f"(<{copy.as_uri()}>)" in markdown
+    assert f"<a href='{copy.as_uri()}'>" in html
