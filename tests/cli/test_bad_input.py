@@ -232,10 +232,9 @@ def test_a_malformed_playbook_of_the_users_is_skipped_in_the_listing(tmp_path: P
     assert "skipped a malformed playbook" in proc.stderr and "broken.yaml" in proc.stderr
 
 
-def test_local_target_measures_only_the_machine(tmp_path: Path) -> None:
+def test_local_with_a_playbook_that_needs_a_process_is_refused_with_the_one_that_measures_the_machine(
+        tmp_path: Path) -> None:
     report = tmp_path / "local.json"
     proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--local", "--report", str(report))
-    assert proc.returncode == 3, proc.stderr  # slow-training needs a process: nothing to measure
-    data = __import__("json").loads(report.read_text())
-    assert data["target"]["kind"] == "local"
-    assert all(step["status"] == "skip" and "target process" in step["note"] for step in data["path"])
+    assert proc.returncode == 2 and "--playbook node-check" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not report.exists()

@@ -27,7 +27,9 @@ ALWAYS_ATTACHED = {"getbatch_waiting", "served_not_trained",
 COMPILE_IN_MAKE_TEST = {"compile_item_branch", "compile_not_used"}
 # Launched elsewhere in `make test` with the same cause asserted (test_coldstart.py), and the other
 # slow-start departure (30 s: the same rule, the largest phase of the start, on another phase).
-LAUNCHED_ELSEWHERE = {"start_checkpoint_slow_storage", "start_index_dataset"}
+LAUNCHED_ELSEWHERE = {"start_checkpoint_slow_storage", "start_index_dataset",
+                      # two nodes of it, each walked, in test_two_nodes.py
+                      "ddp_slow_node"}
 # Launched in `make test` even when another workload already shows their cause: the shapes of
 # training the brief names (no torch.optim, no DataLoader, two optimizers, closures, gradient
 # accumulation, a process that serves) and the plain DataLoader pipelines.

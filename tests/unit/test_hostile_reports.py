@@ -23,11 +23,12 @@ import fieldguide.safewrite as safewrite
 import fieldguide.walk.session as session_module
 from fieldguide.errors import FieldguideError
 from fieldguide.frontends.cli import main as cli_main
-from fieldguide.report import Findings, load_report, render, to_html, to_markdown
+from fieldguide.report import Findings, load_report, to_html, to_markdown
 from fieldguide.report.findings import environment_from, findings_from_walk
 from fieldguide.report.mdtext import md_code, md_fence, md_text
 from fieldguide.report.merge import render_merged
 from fieldguide.report.redact import REDACTED, redact_argv, redact_text
+from fieldguide.report.render import render
 from fieldguide.report.summary import summary_panel
 from fieldguide.safewrite import write_text
 

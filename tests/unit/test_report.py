@@ -16,7 +16,6 @@ from fieldguide.measurement import Measurement
 from fieldguide.report import (
     Findings,
     findings_from_walk,
-    render,
     to_html,
     to_markdown,
     write_report,
@@ -30,7 +29,7 @@ from fieldguide.report.redact import (
     redact_text,
     redact_tree,
 )
-from fieldguide.report.render import format_for
+from fieldguide.report.render import format_for, render
 from fieldguide.report.summary import summary_panel
 
 HF = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123"

@@ -41,9 +41,12 @@ def walked(monkeypatch: pytest.MonkeyPatch, walk_with: Any) -> None:
     monkeypatch.setattr(session_module, "open_target", lambda *a, **k: Ended())
     monkeypatch.setattr(session_module, "Session", lambda *a, **k: SimpleNamespace())
     monkeypatch.setattr(headless, "walk_off_main_thread", lambda *a, **k: (findings, False))
-    previous = signal.getsignal(signal.SIGINT)
+    from fieldguide.frontends.cli import _interrupt
+
+    previous, count = signal.getsignal(signal.SIGINT), _interrupt.count
     yield
     signal.signal(signal.SIGINT, previous)
+    _interrupt.count = count  # the walk marked it over: signals after it would only wait
 
 
 @pytest.mark.parametrize("how", [["--json"], ["--report", "-"], ["--report", "/dev/stdout"]])

@@ -324,7 +324,8 @@ def _list_playbooks() -> int:
 
 
 def _render_saved(args: argparse.Namespace) -> int:
-    from fieldguide.report import load_report, render
+    from fieldguide.report import load_report
+    from fieldguide.report.render import render
 
     findings = load_report(args.path)  # anything that is not a report (a 100,000-deep JSON): one line
     try:

@@ -54,8 +54,8 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
     from rich.console import Console
 
     from fieldguide.playbook import find_playbook
-    from fieldguide.report import render, write_report
-    from fieldguide.report.render import format_for, is_stdout
+    from fieldguide.report import write_report
+    from fieldguide.report.render import format_for, is_stdout, render
     from fieldguide.report.summary import summary_panel
     from fieldguide.walk.session import Session, launch_env, open_target
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldguide.probes.evidence import Artifact
+from fieldguide.probes.pyspy_raw import PROCESS, THREAD
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 OPEN_WITH = "https://www.speedscope.app (drop the file on it), or `speedscope FILE` (npm install -g speedscope)"
@@ -16,8 +17,6 @@ OPEN_WITH = "https://www.speedscope.app (drop the file on it), or `speedscope FI
 
 def speedscope_profile(raw: str, name: str) -> dict[str, Any]:
     """py-spy `record --format raw --threads [--subprocesses]` text as a speedscope file."""
-    from fieldguide.probes.stacks import _PROCESS, _THREAD
-
     frames: list[dict[str, str]] = []
     index: dict[str, int] = {}
     profiles: dict[str, dict[str, Any]] = {}
@@ -26,14 +25,14 @@ def speedscope_profile(raw: str, name: str) -> dict[str, Any]:
         if not body or not count_text.isdigit():
             continue
         pids = []
-        while (m := _PROCESS.match(body)) is not None:
+        while (m := PROCESS.match(body)) is not None:
             end = body.find('";', m.end())
             if end < 0:
                 break
             pids.append(m.group(1))
             body = body[end + 2:]
         head, sep, rest = body.partition(";")
-        thread = _THREAD.match(head)
+        thread = THREAD.match(head)
         if thread is not None:
             who, body = (thread.group(2) or thread.group(1)), (rest if sep else "")
         else:

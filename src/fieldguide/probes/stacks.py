@@ -30,6 +30,9 @@ from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
+from fieldguide.probes.pyspy_raw import FRAME as _FRAME
+from fieldguide.probes.pyspy_raw import PROCESS as _PROCESS
+from fieldguide.probes.pyspy_raw import THREAD as _THREAD
 from fieldguide.probes.stack_categories import (
     ANOMALY,
     BACKWARD,
@@ -59,9 +62,7 @@ from fieldguide.probes.step_cycle import input_call, input_samples
 from fieldguide.probes.uncertainty import share_margin
 
 _PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")
-_PROCESS = re.compile(r'process (\d+):"')
-_THREAD = re.compile(r"thread \((\w+)\)(?:: (.*))?$")
-_FRAME = re.compile(r"^(.*) \((.*?)(?::(\d+))?\)$")
+
 # Not a judgement about the job (those live in the playbook): the fewest samples inside
 # dataset/fetch/collate code from which the window can say *who* produces batches at all.
 # Below it, `producer` and `producer_cpu_fraction` are None ("cannot tell"), never a guess.

@@ -99,7 +99,9 @@ class WalkScreen(WalkWorkers):
         self._subtitle()
         self.panel.show_message(f"Starting {self.target_text}", self._opening_text(), live=True)
         self.playbook_tree.focus()
-        self._open_worker()
+        # After the first frame: opening imports the walk's machinery and starts the job, and a
+        # thread doing that beside the first paint (one GIL) held the first screen back ~100 ms.
+        self.call_after_refresh(self._open_worker)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The key bar shows what applies now: stepping while the walk goes on, the departure once found."""
