@@ -83,7 +83,7 @@ async def test_the_ab_draws_compiled_and_eager_side_by_side(tmp_path: Path, apps
     app = make_app(cmd=[sys.executable, str(script)], playbook_id="compile-regression", auto=True)
     apps.append(app)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, WalkScreen) and app.screen.session is not None, 60,
+        await wait_for(pilot, lambda: (w := app.showing(WalkScreen)) is not None and w.session is not None, 60,
                        "the walk screen")
         walk = app.screen
 

@@ -149,7 +149,7 @@ async def test_manual_steps_jumps_reruns_then_quit_mid_probe_ends_the_job(apps) 
     app = make_app(cmd=demo_command(), playbook_id="slow-training", auto=False)
     apps.append(app)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, WalkScreen) and app.screen.session is not None, 60,
+        await wait_for(pilot, lambda: (w := app.showing(WalkScreen)) is not None and w.session is not None, 60,
                        "the job to reach its first steps")
         walk_screen = app.screen
         tree = walk_screen.playbook_tree
@@ -269,7 +269,7 @@ async def test_export_mid_walk_writes_a_partial_report(tmp_path: Path, monkeypat
     app = make_app(demo=True, auto=False)
     apps.append(app)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, WalkScreen) and app.screen.session is not None, 60,
+        await wait_for(pilot, lambda: (w := app.showing(WalkScreen)) is not None and w.session is not None, 60,
                        "the job to reach its first steps")
         await pilot.press("e")
         await wait_for(pilot, lambda: isinstance(app.screen, ExportDialog), 20, "the export dialog")

@@ -55,7 +55,7 @@ async def test_a_leak_shows_memory_live_then_departs_naming_what_keeps_it(tmp_pa
     app = make_app(cmd=[sys.executable, str(script)], playbook_id="oom", auto=True)
     apps.append(app)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, WalkScreen) and app.screen.session is not None, 60,
+        await wait_for(pilot, lambda: (w := app.showing(WalkScreen)) is not None and w.session is not None, 60,
                        "the walk screen")
         walk = app.screen
 

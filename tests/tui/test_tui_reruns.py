@@ -87,7 +87,9 @@ async def test_reruns_jumps_and_remeasures_are_exported_and_read_back(tmp_path: 
 async def test_a_walk_with_nothing_measured_again_exports_no_reruns(tmp_path: Path, auto: bool) -> None:
     app = make_app(cmd=DEMO_CMD, playbook_id="slow-training", session_factory=replay_factory(), auto=auto)
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, WalkScreen) and app.screen.session is not None, 30,
+        # The walk's screen stays on the stack under the departure page (a replayed walk that
+        # steps itself may reach it before this looks).
+        await wait_for(pilot, lambda: (w := app.showing(WalkScreen)) is not None and w.session is not None, 30,
                        "the walk")
         walk = app.showing(WalkScreen)
         assert walk is not None and walk.driver is not None
