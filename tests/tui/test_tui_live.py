@@ -6,6 +6,7 @@ Nothing is faked here: the probes, the agent, py-spy and the target are the real
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -95,8 +96,12 @@ async def test_demo_walks_itself_to_the_departure_exports_and_remeasures(tmp_pat
         text = screen_text(pilot)
         assert "input.waiting" in text and "departed at input.data-wait" in text
         assert "data_wait_fraction" in text and "Evidence" in text
-        guide = app.screen.query_one("#dep-guide").source
-        assert "## Fix" in guide and "num_workers" in guide and "## Verify" in guide
+        from rich.console import Console
+
+        page = Console(width=100, record=True, file=io.StringIO())
+        page.print(app.screen.query_one("#dep-guide").content)
+        guide = page.export_text()
+        assert "Fix:" in guide and "num_workers" in guide and "Verify:" in guide
 
         # export: the default path, then never overwrite without asking
         await export_to(pilot, app, None)

@@ -106,3 +106,13 @@ async def test_the_demo_spec_carries_its_playbook() -> None:
     spec = demo_spec()
     assert spec.demo and spec.playbook == "slow-training"  # the playbook the demo workload declares
     assert demo_spec("other").playbook == "other"
+
+
+async def test_quitting_says_the_verdict_and_where_the_report_went(tmp_path: Path) -> None:
+    app = make_app(cmd=DEMO_CMD, playbook_id="slow-training", session_factory=replay_factory(), auto=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, DepartureScreen), 30, "the departure")
+        assert app.farewell() == ("fieldguide slow-training: departure: input.waiting; report not exported "
+                                  "(e on the departure page, or `fieldguide diagnose --report PATH`)")
+        app.last_export = tmp_path / "r.html"
+        assert app.farewell().endswith(f"; report: {tmp_path / 'r.html'}")

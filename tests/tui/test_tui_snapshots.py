@@ -21,6 +21,8 @@ from fieldguide.frontends.tui.screens.walk import WalkScreen
 
 NARROW, WIDE = (80, 24), (140, 40)
 SIZES = pytest.mark.parametrize("size", [NARROW, WIDE], ids=["80x24", "140x40"])
+SMALL = (60, 20)
+EVERY_SIZE = pytest.mark.parametrize("size", [SMALL, NARROW, WIDE], ids=["60x20", "80x24", "140x40"])
 DEMO_CMD = ["python", "loader_remote_reads.py"]
 
 
@@ -48,7 +50,7 @@ async def mid_probe(pilot: Pilot[object]) -> None:
 
 async def departed(pilot: Pilot[object]) -> None:
     await wait_for(pilot, lambda: isinstance(pilot.app.screen, DepartureScreen), 30, "the departure screen")
-    await wait_for(pilot, lambda: len(pilot.app.screen.query("#dep-guide > *")) > 0, 30, "the field guide")
+    await wait_for(pilot, lambda: len(pilot.app.screen.query("#dep-guide")) > 0, 30, "the field guide")
     await pilot.pause(0.2)
 
 
@@ -66,14 +68,27 @@ def test_snapshot_help(snap_compare) -> None:
     assert snap_compare(picker_app(), terminal_size=NARROW, run_before=help_open)
 
 
-@SIZES
+@EVERY_SIZE
 def test_snapshot_walk_in_progress(snap_compare, size: tuple[int, int]) -> None:
     assert snap_compare(replay_app(hold="loop.steps"), terminal_size=size, run_before=mid_probe)
 
 
-@SIZES
+@EVERY_SIZE
 def test_snapshot_departure(snap_compare, size: tuple[int, int]) -> None:
     assert snap_compare(replay_app(), terminal_size=size, run_before=departed)
+
+
+async def at_the_fixs_code(pilot: Pilot[object]) -> None:
+    """The departure page scrolled to its fix: the step with a code block, wrapped at the width."""
+    await departed(pilot)
+    guide = pilot.app.screen.query_one("#dep-guide")
+    pilot.app.screen.query_one("#dep-scroll").scroll_to_widget(guide, animate=False, top=True)
+    await pilot.pause(0.2)
+
+
+@EVERY_SIZE
+def test_snapshot_departure_fix_with_code(snap_compare, size: tuple[int, int]) -> None:
+    assert snap_compare(replay_app(), terminal_size=size, run_before=at_the_fixs_code)
 
 
 def test_snapshot_walk_over(snap_compare) -> None:

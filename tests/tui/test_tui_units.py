@@ -241,3 +241,19 @@ def test_parts_of_a_whole_are_bars_largest_first() -> None:
     bars = part_bars({"activations_share": 0.75, "parameters_share": 0.25, "other_share": 0.0,
                       "optimizer_state_share": None}, names, 20)
     assert bars == [("activations", "█" * 15, "75%"), ("parameters", "█" * 5, "25%"), ("other", "", "0%")]
+
+
+def test_the_help_lists_every_key_of_every_screen() -> None:
+    from fieldguide.frontends.tui.app import FieldguideApp
+    from fieldguide.frontends.tui.screens.departure import DepartureScreen
+    from fieldguide.frontends.tui.screens.help import KEYS
+    from fieldguide.frontends.tui.screens.picker import TargetPicker
+    from fieldguide.frontends.tui.screens.walk import WalkScreen
+
+    listed = {title: {k.strip() for key, _ in keys for k in key.replace(" / ", ",").split(",")} for title, keys in KEYS}
+    names = {"question_mark": "?", "escape": "esc", "ctrl+c": "ctrl+c"}
+    for title, screen in (("Everywhere", FieldguideApp), ("Target picker", TargetPicker), ("Walk", WalkScreen),
+                          ("Departure", DepartureScreen)):
+        for binding in screen.BINDINGS:
+            for key in binding.key.split(","):  # type: ignore[union-attr]
+                assert names.get(key, key) in listed[title], (title, key)

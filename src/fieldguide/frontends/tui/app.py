@@ -165,6 +165,22 @@ class FieldguideApp(App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
+    def farewell(self) -> str:
+        """One line for the shell once the TUI is gone: the verdict and its cause, and where the
+        report went, or that it was not exported (what the user quit with stays on the screen)."""
+        walks = [d.session.walk for d in self.drivers if d.session is not None]
+        if not walks:
+            return "fieldguide: no walk started"
+        walk = walks[0]
+        if walk.finished:
+            said = walk.verdict + (f": {walk.departure.cause.id}" if walk.departure is not None else
+                                   f" ({walk.conclusion})" if walk.conclusion else "")
+        else:
+            said = f"quit mid-walk at node {walk.current}"
+        where = (f"report: {self.last_export}" if self.last_export is not None else
+                 "report not exported (e on the departure page, or `fieldguide diagnose --report PATH`)")
+        return f"fieldguide {walk.playbook.id}: {said}; {where}"
+
     def exit_code(self) -> int:
         if self.verdict is not None:
             return EXIT_FOR_VERDICT[self.verdict]
@@ -206,4 +222,7 @@ def run_app(pid: int | None = None, cmd: list[str] | None = None, playbook_id: s
         app.run()
     finally:
         app.close_targets()  # whatever happened, a launched job does not outlive fieldguide
+    import sys
+
+    print(app.farewell(), file=sys.stderr)
     return app.exit_code()

@@ -30,7 +30,8 @@ NAME = "html"
 SUFFIXES = (".html", ".htm")
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:1em 0;max-width:100%}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+td{overflow-wrap:anywhere}td code{white-space:pre-wrap;word-break:break-all}
 code,pre{font-family:ui-monospace,monospace;background:#f4f4f4}pre{padding:8px;overflow-x:auto}
 .pass{color:#1a7f37}.depart{color:#cf222e;font-weight:bold}.skip{color:#777}.error{color:#9a6700}
 .verdict{padding:8px 12px;border-left:4px solid #cf222e;background:#fff5f5}.clean{border-color:#1a7f37;background:#f3fff5}

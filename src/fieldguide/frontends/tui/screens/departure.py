@@ -1,5 +1,5 @@
 """The departure: the cause, the evidence (the numbers, the series, the top stacks), and the
-field-guide page (why, fix with code, verify) as Markdown. m re-measures to check a fix.
+field-guide page (why, fix with code, verify) as the headless summary draws it. m re-measures to check a fix.
 
 Drawn from the walk's `Findings`, the object the reports and the headless summary read, with
 the same status vocabulary and fix-step renderer. Series are the ones the probes declare."""
@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Markdown, Static
+from textual.widgets import Footer, Header, Static
 
 from fieldguide.frontends.tui.messages import (
     ExportRequested,
@@ -38,7 +38,7 @@ from fieldguide.frontends.tui.widgets.tryfix import TryFixPanel
 from fieldguide.measurement import format_value
 from fieldguide.report.charts import series_groups
 from fieldguide.report.evidence_sections import FINDING, evidence_sections
-from fieldguide.report.fixsteps import page_markdown
+from fieldguide.report.section_types import FixPage
 from fieldguide.report.sections import brief
 from fieldguide.report.summary import FOUND_ROWS
 from fieldguide.report.terminal import TimelineBar, renderables
@@ -96,7 +96,10 @@ class DepartureScreen(Screen[None]):
             yield TryFixPanel(id="dep-tryfix")
             yield LiveReadings(id="dep-live")
             yield Static(self._evidence(), id="dep-evidence")
-            yield Markdown(page_markdown(d.get("why", ""), d["fix"], d["verify"]), id="dep-guide")
+            # The page as the headless summary draws it (report/terminal.py): code in a fix wraps at
+            # the terminal's width instead of running off an 80-column screen.
+            yield Static(Group(*renderables([FixPage(d.get("why", ""), tuple(d["fix"]), d["verify"])])),
+                         id="dep-guide")
         yield Footer()
 
     @property

@@ -24,9 +24,10 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
               ("enter", "jump to the node under the cursor and measure it"),
               ("r", "re-run the node under the cursor (fresh measurement)"),
               ("d", "show the departure"), ("m", "re-measure the departure (check a fix)"),
-              ("e", "export the findings report")]),
-    ("Departure", [("m", "re-measure: a launched job is started afresh first"), ("e", "export the report"),
-                   ("esc / w", "back to the walk")]),
+              ("e", "export the findings report"), ("esc", "back to the walk of the whole job (from one rank's)")]),
+    ("Departure", [("m", "re-measure: a launched job is started afresh first"),
+                   ("t", "try the fix: relaunch the job with the cause's fix applied and time both, in turns"),
+                   ("e", "export the report"), ("esc / w", "back to the walk")]),
 ]
 
 
