@@ -215,6 +215,14 @@ def attach_walk(nproc: int) -> tuple[float, str]:
     return seconds, walk_summary(report)
 
 
+def side_by_side(name_a: str, a: list[float], name_b: str, b: list[float]) -> str:
+    """Two arms' medians with their min-max, their ratio and each interleaved pair's."""
+    ma, mb = statistics.median(a), statistics.median(b)
+    return (f"{name_a} median {ma:.1f} s ({min(a):.1f}-{max(a):.1f}), {name_b} median {mb:.1f} s "
+            f"({min(b):.1f}-{max(b):.1f}): {ma / mb:.2f}x "
+            f"(pairs {', '.join(f'{x / y:.2f}x' for x, y in zip(a, b, strict=True))})")
+
+
 def nodes_walk(nodes: int) -> tuple[float, str]:
     """Launch-mode walks of 2 ranks of ddp_healthy.py on `nodes` nodes of this machine, one
     fieldguide per node at once: the time until the last report is written."""
@@ -249,10 +257,7 @@ def node_times(repeat: int) -> None:
             seconds, summary = nodes_walk(nodes)
             times[nodes].append(seconds)
             print(f"  {nodes} node{'s' if nodes > 1 else ''}: {seconds:5.1f} s  ({summary})")
-    two, one = statistics.median(times[2]), statistics.median(times[1])
-    print(f"2 nodes median {two:.1f} s ({min(times[2]):.1f}-{max(times[2]):.1f}), 1 node median {one:.1f} s "
-          f"({min(times[1]):.1f}-{max(times[1]):.1f}): {two / one:.2f}x "
-          f"(pairs {', '.join(f'{a / b:.2f}x' for a, b in zip(times[2], times[1], strict=True))})")
+    print(side_by_side("2 nodes", times[2], "1 node", times[1]))
 
 
 def walk_times(repeat: int) -> None:
@@ -265,10 +270,7 @@ def walk_times(repeat: int) -> None:
                 seconds, summary = walk(nproc)
                 times[nproc].append(seconds)
                 print(f"  {mode} {nproc} rank{'s' if nproc > 1 else ''}: {seconds:5.1f} s  ({summary})")
-        two, one = statistics.median(times[2]), statistics.median(times[1])
-        print(f"{mode} ({what}): 2 ranks median {two:.1f} s ({min(times[2]):.1f}-{max(times[2]):.1f}), "
-              f"1 rank median {one:.1f} s ({min(times[1]):.1f}-{max(times[1]):.1f}): {two / one:.2f}x "
-              f"(pairs {', '.join(f'{a / b:.2f}x' for a, b in zip(times[2], times[1], strict=True))})")
+        print(f"{mode} ({what}): " + side_by_side("2 ranks", times[2], "1 rank", times[1]))
 
 
 def main() -> None:

@@ -111,13 +111,7 @@ class Nvml:
         """A device's identity and current state (None where it cannot be read, with `unsupported`)."""
         m, h = self.m, self.handle(index)
         unsupported: dict[str, str] = {}
-
-        def value(name: str, fn: str, *args: Any) -> Any:
-            got = self.read(fn, h, *args)
-            if not got.ok:
-                unsupported[name] = str(got.reason)
-            return got.value
-
+        value = self._values_of(h, unsupported)
         mem = value("memory", "nvmlDeviceGetMemoryInfo")
         util = value("utilization", "nvmlDeviceGetUtilizationRates")
         power = value("power_w", "nvmlDeviceGetPowerUsage")
@@ -150,13 +144,7 @@ class Nvml:
         persistence mode, MIG. None where the device cannot tell (`unsupported` says why)."""
         m, h = self.m, self.handle(index)
         unsupported: dict[str, str] = {}
-
-        def value(name: str, fn: str, *args: Any) -> Any:
-            got = self.read(fn, h, *args)
-            if not got.ok:
-                unsupported[name] = str(got.reason)
-            return got.value
-
+        value = self._values_of(h, unsupported)
         remapped = value("remapped_rows", "nvmlDeviceGetRemappedRows")  # (corrected, uncorrected, pending, failed)
         mig = value("mig_mode", "nvmlDeviceGetMigMode")  # (current, pending)
         return {
@@ -176,6 +164,18 @@ class Nvml:
             "mig_mode": mig[0] if mig else None,
             "unsupported": unsupported,
         }
+
+    def _values_of(self, handle: Any, unsupported: dict[str, str]) -> Callable[..., Any]:
+        """value(name, fn, *args): one reading of the device, None where it cannot tell, and
+        why noted under `name` in `unsupported`."""
+
+        def value(name: str, fn: str, *args: Any) -> Any:
+            got = self.read(fn, handle, *args)
+            if not got.ok:
+                unsupported[name] = str(got.reason)
+            return got.value
+
+        return value
 
     def devices(self) -> list[dict[str, Any]]:
         return [self.device(i) for i in range(self.count())]
