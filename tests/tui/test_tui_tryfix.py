@@ -48,6 +48,10 @@ async def test_t_tries_the_fix_and_draws_the_arms(tmp_path: Path, apps) -> None:
         assert any("anomaly=False" in a for a in fixed["applied"]), fixed
         assert fixed["vs_a"] < 0.9, result  # anomaly mode off: every step faster
         assert "helps" in result["verdict"]
+        await pilot.pause(0.2)
+        scroll = app.screen.query_one("#dep-scroll")  # the answer is where the user is looking
+        top = panel.virtual_region.y
+        assert scroll.scroll_offset.y <= top < scroll.scroll_offset.y + scroll.size.height, (top, scroll.scroll_offset)
         await pilot.press("q")
 
 

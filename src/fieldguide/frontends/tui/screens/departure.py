@@ -296,7 +296,6 @@ class DepartureScreen(Screen[None]):
             self.notify("The fix is being tried already.")
         else:
             panel.start(self.driver)
-            self.query_one("#dep-scroll").scroll_to_widget(panel)
 
     def action_remeasure(self) -> None:
         self.post_message(RemeasureRequested())

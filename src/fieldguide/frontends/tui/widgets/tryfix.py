@@ -37,6 +37,7 @@ class TryFixPanel(Static):
     def start(self, driver: WalkDriver) -> None:
         self.running, self.result, self.display = True, None, True
         self.update(Text("Trying the fix: relaunching the job with it…", style="bold"))
+        self.call_after_refresh(self.scroll_visible)  # the answer shows where the user is looking
         self._run(driver)
 
     @work(thread=True, exclusive=True, group="try-fix", exit_on_error=False)
@@ -62,6 +63,7 @@ class TryFixPanel(Static):
     def show_result(self, result: dict[str, Any]) -> None:
         self.running, self.result = False, result
         self.update(Group(*experiment_renderables([result]), *arm_lines(result, self.size.width or 78)))
+        self.call_after_refresh(self.scroll_visible)
 
 
 ARM_LABEL = 16  # columns for an arm's name; the table above has it whole
