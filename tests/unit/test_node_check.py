@@ -130,3 +130,27 @@ def test_local_with_a_playbook_that_needs_a_process_names_the_one_that_does(caps
     assert main(["diagnose", "--playbook", "slow-training", "--local"]) == 2
     err = capsys.readouterr().err
     assert "--playbook node-check" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plugin_probes_are_read_only_for_an_id_that_is_not_bundled(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fieldguide.probes as probes_module
+    from fieldguide.probes import Registry
+    from fieldguide.probes.base import Probe
+
+    fresh = Registry()
+
+    class PluginProbe(Probe):
+        id = "plugin.extra"
+
+    scans: list[str] = []
+
+    def entry_points(group: str) -> list[Any]:
+        scans.append(group)
+        return [SimpleNamespace(load=lambda: fresh.register(PluginProbe))]
+
+    monkeypatch.setattr(probes_module, "entry_points", entry_points)
+    monkeypatch.setattr(probes_module, "builtin_modules", lambda: [])
+    fresh.register(NodeCpuFreq)
+    assert fresh.get("node.cpufreq") is NodeCpuFreq and scans == []  # a bundled id: no scan
+    assert fresh.get("plugin.extra") is PluginProbe and scans == ["fieldguide.probes"]
+    assert "plugin.extra" in fresh.ids() and scans == ["fieldguide.probes"]  # scanned once

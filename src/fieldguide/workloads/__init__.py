@@ -115,15 +115,12 @@ def declarations() -> dict[str, Declaration]:
             for name, script in sorted(_scripts().items())}
 
 
-# Name -> the cause a diagnosis should name ("" for a healthy or an inconclusive workload).
-WORKLOADS: dict[str, str] = {name: d.cause or "" for name, d in declarations().items()}
-
-
 def path(name: str) -> pathlib.Path:
-    """Filesystem path of the workload script called ``name`` (its stem)."""
-    if name not in WORKLOADS:
-        known = ", ".join(sorted(WORKLOADS))
-        raise KeyError(f"unknown workload {name!r}; known: {known}")
+    """Filesystem path of the workload script called ``name`` (its stem). Found by listing the
+    folder, not by reading every declaration (~40 ms of parsing before the demo's first frame)."""
+    scripts = _scripts()
+    if name not in scripts:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(sorted(scripts))}")
     resource = importlib.resources.files(__package__).joinpath(f"{name}.py")
     return pathlib.Path(str(resource))
 

@@ -16,7 +16,10 @@ def demo_playbook() -> str:
 
 def demo_spec(playbook: str | None = None, cmd: list[str] | None = None) -> TargetSpec:
     from fieldguide import workloads
-    from fieldguide.walk.session import demo_command
 
-    return TargetSpec(cmd=tuple(cmd or demo_command()), label=f"the bundled demo ({workloads.DEMO}.py)", demo=True,
+    if not cmd:  # the walk's machinery loads only when asked for the command (~100 ms before a first frame)
+        from fieldguide.walk.session import demo_command
+
+        cmd = demo_command()
+    return TargetSpec(cmd=tuple(cmd), label=f"the bundled demo ({workloads.DEMO}.py)", demo=True,
                       playbook=playbook or demo_playbook())
