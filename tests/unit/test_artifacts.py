@@ -71,3 +71,19 @@ def test_a_written_report_keeps_its_files_beside_it_and_links_them(tmp_path: Pat
     markdown, html = render(placed, "md"), render(placed, "html")
     assert "## Files to open" in markdown and f"(<{copy.as_uri()}>)" in markdown
     assert f"<a href='{copy.as_uri()}'>" in html
+
+
+def test_the_walks_folder_goes_once_a_written_report_keeps_its_copies() -> None:
+    from types import SimpleNamespace
+
+    from fieldguide.walk.runner import ProbeRunner
+
+    runner = ProbeRunner(SimpleNamespace(pid=None), budget=10.0)
+    folder = runner.artifacts_dir()
+    (folder / "stacks.speedscope.json").write_text("{}")
+    assert runner.artifacts_dir() == folder  # one folder per walk
+    runner.discard_artifacts()
+    assert not folder.exists()
+    again = runner.artifacts_dir()  # a later window (the TUI re-measures) gets a fresh one
+    assert again != folder and again.is_dir()
+    runner.discard_artifacts()

@@ -105,6 +105,9 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
         except OSError as failure:
             raise FieldguideError(f"cannot write the report to {report}: {failure.strerror or failure}") from None
         err.print(f"report written to {path}")
+        runner = getattr(session, "runner", None)
+        if runner is not None:  # its files are beside the report now: no copy left in /tmp
+            runner.discard_artifacts()
     if interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FOR_VERDICT[findings.verdict]

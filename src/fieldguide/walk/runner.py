@@ -73,6 +73,15 @@ class ProbeRunner:
                 self._artifacts = Path(tempfile.mkdtemp(prefix="fieldguide-artifacts-"))
             return self._artifacts
 
+    def discard_artifacts(self) -> None:
+        """Remove the walk's folder of files for viewers, once a written report keeps its copies."""
+        import shutil
+
+        with self._artifacts_lock:
+            if self._artifacts is not None:
+                shutil.rmtree(self._artifacts, ignore_errors=True)
+                self._artifacts = None
+
     def __call__(self, option: MeasureOption) -> Measurement:
         return self.measure_probe(option.probe, option.params)
 
