@@ -45,7 +45,7 @@ def test_artifacts_are_gathered_once_with_the_torch_traces_tlparse_command(tmp_p
     trace.mkdir()
     (trace / "dedicated_log_torch_trace_ab.log").write_text("{}\n")
     spy = {"kind": "speedscope", "path": "/x/s.json", "open_with": "speedscope"}
-    found = gather({"a": {"artifacts": [spy]}, "b": {"artifacts": [spy], "torch_trace": str(trace)}})
+    found = gather([{"artifacts": [spy]}, {"artifacts": [spy], "torch_trace": str(trace)}])
     assert [a["kind"] for a in found] == ["speedscope", "torch_trace"]
     log = trace / "dedicated_log_torch_trace_ab.log"
     assert found[1]["command"] == tlparse_command(log) == f"tlparse {log} -o {trace}/dedicated_log_torch_trace_ab-tlparse --overwrite"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,11 @@ from fieldguide.probes.evidence import Artifact
 TLPARSE = "tlparse (pip install tlparse): an HTML report of every compile, graph break and recompile"
 
 
-def gather(evidence: dict[str, dict[str, Any]]) -> list[Artifact]:
-    """Every artifact the nodes' evidence names, once each, and the TORCH_TRACE logs with the
-    tlparse command that reads each (tlparse takes one log file, not the folder)."""
+def gather(evidences: Iterable[Mapping[str, Any]]) -> list[Artifact]:
+    """Every artifact these measurements' evidence names, once each, and the TORCH_TRACE logs
+    with the tlparse command that reads each (tlparse takes one log file, not the folder)."""
     found: dict[str, Artifact] = {}
-    for node in evidence.values():
+    for node in evidences:
         for artifact in ev.ARTIFACTS.of(node) or []:
             if isinstance(artifact, dict) and isinstance(artifact.get("path"), str):
                 found.setdefault(artifact["path"], artifact)

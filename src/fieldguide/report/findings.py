@@ -22,7 +22,6 @@ from fieldguide.probes.evidence import (
     RankRow,
     StackShare,
 )
-from fieldguide.report.artifacts import gather
 from fieldguide.report.redact import redact_argv, redact_env, redact_text, redact_tree
 from fieldguide.report.vocabulary import ACTIONS, VERDICTS
 from fieldguide.walk.engine import DEPARTURE, Walk
@@ -403,7 +402,6 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
         log_tail=[redact_text(line) for line in (log_tail or [])],
         evidence=evidence,
         units=units,
-        artifacts=gather(evidence),
     )
 
 

@@ -160,8 +160,8 @@ class Session:
         findings.self_cpu_s = round(own_cpu_seconds() - self._cpu_at_start, 2)
         # Every window the walk took leaves its files, those no node's evidence carries included
         # (a prefetched stack window whose counts a node read as values only).
-        findings.artifacts = gather({**{f"{probe} {params}": m.evidence for (probe, params), m in self.runner.measured()},
-                                     **findings.evidence})
+        findings.artifacts = gather([*(m.evidence for _, m in self.runner.measured()),
+                                     *findings.evidence.values()])
         busy = describe(findings.contention)
         if busy:
             findings.note = f"{findings.note}; {busy}" if findings.note else busy
