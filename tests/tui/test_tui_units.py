@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from textual import events
@@ -12,7 +13,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import Input
 
 from fieldguide.analysis.stats import median
-from fieldguide.frontends.tui.driver import EXPORT_SUFFIXES
+from fieldguide.frontends.tui.driver import export_format
 from fieldguide.frontends.tui.model import (
     bar,
     declared,
@@ -102,8 +103,9 @@ def test_reading_pump_collapses_a_burst_into_one_notification() -> None:
 
 
 def test_export_suffixes() -> None:
-    assert EXPORT_SUFFIXES[".json"] == "json" and EXPORT_SUFFIXES[".md"] == "md" and EXPORT_SUFFIXES[".html"] == "html"
-    assert ".txt" not in EXPORT_SUFFIXES
+    assert export_format(Path("r.json")) == "json" and export_format(Path("r.md")) == "md"
+    assert export_format(Path("r.HTML")) == "html"
+    assert export_format(Path("r.txt")) is None
 
 
 class InputApp(App[None]):

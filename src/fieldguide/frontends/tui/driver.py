@@ -28,9 +28,15 @@ if TYPE_CHECKING:
 SessionFactory = Callable[[TargetSpec, "Playbook", Callable[[dict[str, Any]], None], Callable[[str], None]], "Session"]
 
 EXTRA_BUDGET = 30.0  # seconds of measurement granted to each re-run, jump or re-measure the user asks for
-# The exporters' suffixes (report.render.SUFFIXES, which a test holds this to), written out: reading
-# them imports every format and the findings with it, ~100 ms before the TUI's first screen.
-EXPORT_SUFFIXES = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html"}
+
+
+def export_format(path: Path) -> str | None:
+    """The report format `path`'s suffix names (the exporters' own table), None for any other.
+    Read when a report is exported: it imports every format and the findings with them, ~100 ms
+    that the TUI's first screen need not pay."""
+    from fieldguide.report.render import SUFFIXES
+
+    return SUFFIXES.get(path.suffix.lower())
 
 
 class Closing(Exception):
@@ -205,7 +211,9 @@ class WalkDriver:
         from fieldguide.report import write_report
 
         assert self.session is not None
-        fmt = EXPORT_SUFFIXES[path.suffix.lower()]
+        fmt = export_format(path)
+        if fmt is None:
+            raise ValueError(f"{path.suffix or 'no suffix'} names no report format")
         walk = self.session.walk
         if not walk.finished and not self.session.note:
             self.session.note = f"exported mid-walk (next node: {walk.current}); the report is partial"

@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from fieldguide.frontends.tui.driver import EXPORT_SUFFIXES
+from fieldguide.frontends.tui.driver import export_format
 from fieldguide.frontends.tui.widgets.inputs import OrderedInput
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class ExportDialog(ModalScreen["Path | None"]):
             self._error("Type a path, e.g. ./fieldguide-report.json")
             return
         path = Path(text).expanduser()
-        if path.suffix.lower() not in EXPORT_SUFFIXES:
+        if export_format(path) is None:
             self._error(f"Use a .json, .md or .html suffix (got {path.suffix or 'none'})")
             return
         if path.is_dir():
