@@ -456,7 +456,10 @@ def test_a_transient_py_spy_failure_is_retried_before_refusing_a_pid(monkeypatch
         code = 1 if len(calls) == 1 else 0
         return types.SimpleNamespace(returncode=code, stderr="Error: Failed to get stack traces\n", stdout="")
 
-    monkeypatch.setattr(targets.samplers, "run", fake_run)
+    from fieldguide.host import access, samplers
+
+    monkeypatch.setattr(samplers, "run", fake_run)
+    monkeypatch.setattr(access, "py_spy_path", lambda: "/usr/bin/py-spy")
     monkeypatch.setattr(targets, "py_spy_path", lambda: "/usr/bin/py-spy")
     target = targets.AttachTarget.__new__(targets.AttachTarget)
     target._pid = 4242
@@ -479,7 +482,10 @@ def test_a_run_of_transient_failures_is_settled_by_one_blocking_dump(monkeypatch
         code = 1 if "--nonblocking" in cmd else 0
         return types.SimpleNamespace(returncode=code, stderr="Error: Failed to get stack traces\n", stdout="")
 
-    monkeypatch.setattr(targets.samplers, "run", fake_run)
+    from fieldguide.host import access, samplers
+
+    monkeypatch.setattr(samplers, "run", fake_run)
+    monkeypatch.setattr(access, "py_spy_path", lambda: "/usr/bin/py-spy")
     monkeypatch.setattr(targets.time, "sleep", lambda s: None)
     monkeypatch.setattr(targets, "py_spy_path", lambda: "/usr/bin/py-spy")
     target = targets.AttachTarget.__new__(targets.AttachTarget)
@@ -489,7 +495,7 @@ def test_a_run_of_transient_failures_is_settled_by_one_blocking_dump(monkeypatch
     assert [("--nonblocking" in c) for c in calls] == [True, True, True, False]
 
     calls.clear()
-    monkeypatch.setattr(targets.samplers, "run", lambda cmd, **kw: (calls.append(cmd), types.SimpleNamespace(
+    monkeypatch.setattr(samplers, "run", lambda cmd, **kw: (calls.append(cmd), types.SimpleNamespace(
         returncode=1, stderr="Error: Failed to get stack traces\n", stdout=""))[1])
     with pytest.raises(BadInput, match="cannot read pid 4242"):
         target._check_readable()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +24,18 @@ def py_spy_path() -> str | None:
         return found
     beside = Path(sys.executable).with_name("py-spy")
     return str(beside) if beside.exists() else None
+
+
+def py_spy_dump(pid: int, *flags: str, timeout: float = 15.0) -> subprocess.CompletedProcess[str] | None:
+    """One `py-spy dump` of `pid` with `flags` (`--nonblocking`, `--locals`), lowered and its output
+    captured; None without py-spy. TimeoutExpired past `timeout` (the dump is killed)."""
+    from fieldguide.host import samplers
+
+    spy = py_spy_path()
+    if spy is None:
+        return None
+    return samplers.run([spy, "dump", *flags, "--pid", str(pid)], timeout=timeout,
+                        env=dict(os.environ, RUST_BACKTRACE="0"))
 
 
 def ptrace_denial(capabilities_hex: str | None = None, yama_scope: int | None = None) -> str | None:

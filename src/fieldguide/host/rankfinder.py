@@ -6,7 +6,6 @@ of `torch.multiprocessing.spawn` carry no rank in their environment: their stack
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
@@ -138,16 +137,13 @@ def _spawn_worker(proc: Any) -> bool:
 
 
 def _spawn_rank(pid: int) -> int | None:
-    from fieldguide.host import samplers
-    from fieldguide.host.access import py_spy_path
+    from fieldguide.host.access import py_spy_dump
 
-    spy = py_spy_path()
-    if spy is None:
-        return None
     try:
-        done = samplers.run([spy, "dump", "--nonblocking", "--locals", "--pid", str(pid)], timeout=10,
-                            env=dict(os.environ, RUST_BACKTRACE="0"))
+        done = py_spy_dump(pid, "--nonblocking", "--locals", timeout=10)
     except subprocess.TimeoutExpired:
+        return None
+    if done is None:
         return None
     match = SPAWN_WRAP.search(done.stdout)
     return int(match.group(1)) if match else None

@@ -10,12 +10,12 @@ from typing import Any
 import psutil
 
 from fieldguide.errors import BadInput
-from fieldguide.host import samplers
 from fieldguide.host.access import (
     PTRACE_ERROR_MARKS,
     classify_py_spy_failure,
     looks_like_python,
     ptrace_denial,
+    py_spy_dump,
     py_spy_path,
 )
 from fieldguide.targets.base import Target
@@ -79,8 +79,7 @@ class AttachTarget(Target):
             self._cmdline = self.proc.cmdline()
 
     def _check_readable(self) -> None:
-        spy = py_spy_path()
-        if spy is None:
+        if py_spy_path() is None:
             return  # the stack probe will say py-spy is missing; psutil probes still work
         failure = ""
         # A non-blocking dump can catch the interpreter mid-change ("Failed to get stack
@@ -89,11 +88,10 @@ class AttachTarget(Target):
         # process can be read.
         for flags in (["--nonblocking"], ["--nonblocking"], ["--nonblocking"], []):
             try:
-                done = samplers.run([spy, "dump", "--pid", str(self._pid), *flags], timeout=15,
-                                    env=dict(os.environ, RUST_BACKTRACE="0"))
+                done = py_spy_dump(self._pid, *flags, timeout=15)
             except subprocess.TimeoutExpired:
                 return
-            if done.returncode == 0 or not self.alive():
+            if done is None or done.returncode == 0 or not self.alive():
                 return
             failure = done.stderr + done.stdout
             if any(mark in failure for mark in PTRACE_ERROR_MARKS):
