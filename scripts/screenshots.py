@@ -84,7 +84,7 @@ async def shoot(out: Path, size: tuple[int, int], job: subprocess.Popen[bytes]) 
             save(app, out, "walk")
 
             await wait_for(pilot, lambda: isinstance(app.screen, DepartureScreen), 90, "the departure")
-            await wait_for(pilot, lambda: len(app.screen.query("#dep-guide > *")) > 0, 10, "the field guide")
+            await wait_for(pilot, lambda: len(app.screen.query("#dep-guide")) > 0, 10, "the field guide")
             save(app, out, "departure")
 
             await pilot.press("e")
