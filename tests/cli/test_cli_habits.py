@@ -65,3 +65,31 @@ def test_an_unknown_shell_is_one_line_and_status_2(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as done:
         main(["completion", "tcsh"])
     assert done.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_memory_history_needs_a_launched_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["diagnose", "--playbook", "oom", "--memory-history", "--pid", str(os.getpid())]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--memory-history" in err[0] and "launched command" in err[0]
+
+
+def test_memory_history_arms_the_memory_capability_with_history_beside_the_playbooks(tmp_path: Path) -> None:
+    """The launched job's agent is asked for `memory:history` (the agent joins it with the
+    playbook's `memory`); the job prints what it was asked to arm."""
+    from tests.conftest import run_fieldguide
+
+    job = tmp_path / "job.py"
+    job.write_text("import os; print('armed=' + os.environ.get('FIELDGUIDE_AGENT_ARM', ''))\n")
+    proc = run_fieldguide("diagnose", "--playbook", "oom", "--memory-history", "--show-output", "--budget", "5",
+                          "--", sys.executable, str(job))
+    armed = [ln for ln in proc.stderr.splitlines() if "armed=" in ln]
+    assert armed and armed[0].split("armed=")[1].split(",") == ["memory", "memory:history"], proc.stderr
+
+
+def test_launch_arm_keeps_each_capability_once() -> None:
+    from fieldguide.playbook import find_playbook
+    from fieldguide.walk.session import launch_arm
+
+    oom = find_playbook("oom")
+    assert launch_arm(oom) == oom.arm
+    assert launch_arm(oom, ("memory:history", "memory:history")) == (*oom.arm, "memory:history")

@@ -4,7 +4,6 @@ allocator's pool, and a CUDA OOM with the allocator's snapshot. Skipped without 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,6 @@ from tests.conftest import run_fieldguide
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda")]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 TRAINS_ON_CUDA = textwrap.dedent("""
     import time, torch
@@ -66,12 +64,12 @@ CUDA_OOM = textwrap.dedent("""
 
 
 
-def diagnose(tmp_path: Path, script_text: str, playbook: str = "oom", env: dict[str, str] | None = None) -> dict:
+def diagnose(tmp_path: Path, script_text: str, *options: str) -> dict:
     script = tmp_path / "job.py"
     script.write_text(script_text)
     report = tmp_path / "r.json"
-    proc = run_fieldguide("diagnose", "--playbook", playbook, "--report", str(report), "--",
-                          sys.executable, str(script), timeout=150, env=env)
+    proc = run_fieldguide("diagnose", "--playbook", "oom", *options, "--report", str(report), "--",
+                          sys.executable, str(script), timeout=150)
     assert "Traceback" not in proc.stderr, proc.stderr
     return json.loads(report.read_text())
 
@@ -100,17 +98,14 @@ def test_the_caching_allocators_pool_is_measured(tmp_path: Path) -> None:
 
 
 def test_a_cuda_oom_is_broken_down_with_the_allocators_snapshot(tmp_path: Path, monkeypatch) -> None:
-    books = tmp_path / "books"
-    books.mkdir()
-    shutil.copy(ROOT / "playbooks" / "causes.yaml", books / "causes.yaml")
-    text = (ROOT / "playbooks" / "oom.yaml").read_text().replace("id: oom\n", "id: oom-history\n")
-    (books / "oom-history.yaml").write_text(text.replace("arm: [memory]", "arm: [\"memory:history\"]"))
     monkeypatch.chdir(tmp_path)
     started = time.monotonic()
-    data = diagnose(tmp_path, CUDA_OOM, "oom-history", env={"FIELDGUIDE_PLAYBOOKS": str(books)})
+    data = diagnose(tmp_path, CUDA_OOM, "--memory-history")
     assert time.monotonic() - started < 120
     assert data["exit"]["exception"]["type"] == "OutOfMemoryError"
     assert (data["first_departure"] or {}).get("cause") == "memory.activations", data["path"]
     values = data["evidence"]["memory.tight"]["values"]
     assert values["limit"].startswith("GPU") and values["oom"] is True
     assert values.get("snapshot") and Path(values["snapshot"]).exists()
+    snapshots = [a for a in data["artifacts"] if a["kind"] == "memory_snapshot"]
+    assert snapshots and Path(snapshots[0]["path"]).is_file(), data["artifacts"]

@@ -344,3 +344,14 @@ def test_a_healthy_floor_that_wobbles_is_not_too_close_to_call() -> None:
     g = growth([float(t) for t in range(20)], [900.0 * MB + w * MB for w in wobble])
     assert g is not None and sustained_rate(g) == 0.0
     assert growth_margin(g) * 60 / MB < 5.0
+
+
+@pytest.mark.parametrize(("breakdown", "armed", "says"), [
+    ({"cuda": False}, False, "host memory"),
+    ({"cuda": True}, False, "--memory-history"),
+    ({"cuda": True}, True, "could not be written"),
+])
+def test_the_missing_snapshot_says_why_and_how_to_get_one(breakdown: dict, armed: bool, says: str) -> None:
+    from fieldguide.probes.memory import no_snapshot_why
+
+    assert says in no_snapshot_why(breakdown, armed)

@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 from fieldguide import __version__
 from fieldguide.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, FieldguideError
 
+MEMORY_HISTORY = "memory:history"  # the agent's memory capability, recording CUDA allocations from the start
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line and exit 2, as for any bad input
@@ -24,6 +26,7 @@ examples:
   fieldguide diagnose --playbook slow-training --pid 4242 --report findings.html
   fieldguide diagnose --playbook slow-training --json -- python train.py | jq .verdict
   fieldguide diagnose --playbook oom --try-fix -- python train.py
+  fieldguide diagnose --playbook oom --memory-history --report oom.html -- python train.py
   fieldguide diagnose --playbook node-check --local
   fieldguide diagnose --playbook slow-training --report 'reports/%h.json' -- torchrun --nnodes 2 ... train.py
 
@@ -73,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     diag = sub.add_parser("diagnose", help="walk a playbook against a pid or a launched command",
                           usage="fieldguide diagnose --playbook ID (--pid PID | -- CMD [ARGS...] | --local) [--report PATH] "
-                                "[--json] [--format json|md|html] [--budget SECONDS] [--no-tui] [--try-fix]",
+                                "[--json] [--format json|md|html] [--budget SECONDS] [--no-tui] [--try-fix] [--memory-history]",
                           epilog=DIAGNOSE_EPILOG, formatter_class=_DiagnoseHelp)
     diag.add_argument("--playbook", required=True, help="playbook id (see `fieldguide playbooks`) or a .yaml path")
     diag.add_argument("--pid", type=int, help="attach to this running process (never stopped or killed)")
@@ -89,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--try-fix", action="store_true",
                       help="after a departure, relaunch the command with the cause's fix applied and time both "
                            "(launch mode)")
+    diag.add_argument("--memory-history", action="store_true",
+                      help="(launch mode) record every CUDA allocation from the job's start, so that an out-of-memory "
+                           "walk leaves the allocator's snapshot for pytorch.org/memory_viz (allocations cost more)")
 
     sub.add_parser("playbooks", help="list installed playbooks with their one-line purpose")
 
@@ -225,10 +231,15 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
             _check_local(args.playbook)
         if args.try_fix and not cmd:
             raise FieldguideError("--try-fix relaunches the job: it needs a launched command (-- CMD), not --pid")
+        if args.memory_history and not cmd:
+            raise FieldguideError("--memory-history is armed as the job starts: it needs a launched command (-- CMD); "
+                                  "a running process cannot start recording its past allocations")
+        extra_arm = (MEMORY_HISTORY,) if args.memory_history else ()
         if headless:
             return _diagnose_headless(args.playbook, args.pid, cmd, args.report, args.format, args.budget,
-                                      show_output=args.show_output, try_fix=args.try_fix, json_out=args.json)
-        return _tui(args.pid, cmd, args.playbook)
+                                      show_output=args.show_output, try_fix=args.try_fix, json_out=args.json,
+                                      extra_arm=extra_arm)
+        return _tui(args.pid, cmd, args.playbook, extra_arm=extra_arm)
     if not on_terminal():  # the TUI would wait for keys that never come: say what to run instead
         raise FieldguideError(tui_hint(args.pid, cmd))
     return _tui(args.pid, cmd, None)
@@ -387,12 +398,13 @@ def _diagnose_headless(*args: Any, **kwargs: Any) -> int:
     return diagnose_headless(*args, on_interrupt=_interrupt, **kwargs)
 
 
-def _tui(pid: int | None, cmd: list[str], playbook_id: str | None, demo: bool = False) -> int:
+def _tui(pid: int | None, cmd: list[str], playbook_id: str | None, demo: bool = False,
+         extra_arm: tuple[str, ...] = ()) -> int:
     try:
         from fieldguide.frontends.tui.app import run_app
     except ImportError as err:
         raise FieldguideError(f"the TUI is not available ({err}); use --no-tui") from None
-    return run_app(pid=pid, cmd=cmd or None, playbook_id=playbook_id, demo=demo)
+    return run_app(pid=pid, cmd=cmd or None, playbook_id=playbook_id, demo=demo, extra_arm=extra_arm)
 
 
 def run() -> NoReturn:

@@ -46,9 +46,10 @@ def check_writable(path: Path) -> None:
 
 def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report: Path | None,
                       fmt: str | None, budget: float | None, *, show_output: bool, try_fix: bool = False,
-                      json_out: bool = False, on_interrupt: Any = None) -> int:
+                      json_out: bool = False, extra_arm: tuple[str, ...] = (), on_interrupt: Any = None) -> int:
     """Walk, print the summary, write the report. With `json_out` (or `--report -`) stdout holds the
-    report alone, for a script to read, and the summary goes to stderr."""
+    report alone, for a script to read, and the summary goes to stderr. `extra_arm`: capabilities
+    the user arms in a launched job beside the playbook's (--memory-history)."""
     import math
 
     from rich.console import Console
@@ -57,7 +58,7 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
     from fieldguide.report import write_report
     from fieldguide.report.render import format_for, is_stdout, render
     from fieldguide.report.summary import summary_panel
-    from fieldguide.walk.session import Session, launch_env, open_target
+    from fieldguide.walk.session import Session, launch_arm, launch_env, open_target
 
     playbook = find_playbook(playbook_id)  # bad playbooks and report paths fail before anything starts
     if budget is not None and not (math.isfinite(budget) and budget > 0):
@@ -81,7 +82,8 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
     interrupted = False
     target = None
     try:
-        target = open_target(pid, cmd, echo=echo, arm=playbook.arm, extra_env=launch_env(playbook, report))
+        target = open_target(pid, cmd, echo=echo, arm=launch_arm(playbook, extra_arm),
+                             extra_env=launch_env(playbook, report))
         progress = WalkProgress(err)
         session = Session(playbook, target, budget=budget or 0.0, on_reading=progress.offer)
         err.print(header_line(playbook.id, target.kind, target.pid if pid else None, cmd))

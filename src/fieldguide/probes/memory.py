@@ -187,8 +187,8 @@ def no_snapshot_why(b: dict[str, Any], history_armed: bool) -> str:
         return ("the job's tensors are in host memory: an allocator snapshot (memory_viz) exists only for "
                 "CUDA memory; the breakdown chart shows what the memory holds")
     if not history_armed:
-        return ("CUDA allocation history was not recorded, so there is no snapshot to dump: relaunch under "
-                "fieldguide with a playbook that arms `memory:history`")
+        return ("CUDA allocation history was not recorded, so there is no snapshot to dump: relaunch with "
+                "`fieldguide diagnose --playbook oom --memory-history -- CMD` to record it from the job's start")
     return "the allocator's snapshot could not be written"
 
 

@@ -43,6 +43,12 @@ def open_target(pid: int | None = None, cmd: list[str] | None = None, *,
     return LocalTarget()
 
 
+def launch_arm(playbook: Playbook, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What a launched job arms from its start: the playbook's capabilities, then the user's
+    (`memory:history` from --memory-history), each once; the agent joins a name's options."""
+    return tuple(dict.fromkeys((*playbook.arm, *extra)))
+
+
 def launch_env(playbook: Playbook, report: Path | None = None) -> dict[str, str]:
     """The environment a playbook adds to a job it launches: TORCH_TRACE, torch's structured
     compile log that tlparse reads, beside the report (or in a kept temporary folder); a

@@ -190,7 +190,7 @@ class FieldguideApp(App[int]):
 
 
 def make_app(pid: int | None = None, cmd: list[str] | None = None, playbook_id: str | None = None,
-             demo: bool = False, *, scanner: Scanner | None = None, session_factory: SessionFactory | None = None,
+             demo: bool = False, *, extra_arm: tuple[str, ...] = (), scanner: Scanner | None = None, session_factory: SessionFactory | None = None,
              auto: bool = True, export_default: str = DEFAULT_PATH) -> FieldguideApp:
     """The app, configured as the CLI would: no target opens the picker; a target (pid, command,
     or the demo) skips it; a playbook id skips the playbook picker too (the demo: the playbook
@@ -204,7 +204,7 @@ def make_app(pid: int | None = None, cmd: list[str] | None = None, playbook_id: 
     elif pid is not None:
         spec = TargetSpec(pid=pid)
     elif cmd:
-        spec = TargetSpec(cmd=tuple(cmd))
+        spec = TargetSpec(cmd=tuple(cmd), arm=extra_arm)
     playbook = None
     if playbook_id:
         from fieldguide.playbook import find_playbook
@@ -215,9 +215,9 @@ def make_app(pid: int | None = None, cmd: list[str] | None = None, playbook_id: 
 
 
 def run_app(pid: int | None = None, cmd: list[str] | None = None, playbook_id: str | None = None,
-            demo: bool = False) -> int:
+            demo: bool = False, extra_arm: tuple[str, ...] = ()) -> int:
     """Run the TUI; returns the exit status (0 clean, 1 departure, 3 inconclusive, 130 quit mid-walk)."""
-    app = make_app(pid=pid, cmd=cmd, playbook_id=playbook_id, demo=demo)
+    app = make_app(pid=pid, cmd=cmd, playbook_id=playbook_id, demo=demo, extra_arm=extra_arm)
     try:
         app.run()
     finally:

@@ -45,9 +45,9 @@ class Closing(Exception):
 
 def real_session(spec: TargetSpec, playbook: Playbook, on_reading: Callable[[dict[str, Any]], None],
                  echo: Callable[[str], None]) -> Session:
-    from fieldguide.walk.session import Session, launch_env, open_target
+    from fieldguide.walk.session import Session, launch_arm, launch_env, open_target
 
-    target = open_target(spec.pid, list(spec.cmd) or None, echo=echo, arm=playbook.arm,
+    target = open_target(spec.pid, list(spec.cmd) or None, echo=echo, arm=launch_arm(playbook, spec.arm),
                          extra_env=launch_env(playbook))
     return Session(playbook, target, on_reading=on_reading)
 

@@ -35,6 +35,7 @@ class TargetSpec:
     label: str = ""
     demo: bool = False
     playbook: str | None = None  # the playbook this target comes with (the demo's), offered first
+    arm: tuple[str, ...] = ()  # agent capabilities a launched job arms beside the playbook's (--memory-history)
 
     @property
     def kind(self) -> str:
