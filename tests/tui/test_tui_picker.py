@@ -29,6 +29,21 @@ async def test_picker_lists_processes_with_pid_user_cpu_rss_command() -> None:
         assert "d Demo" in text and "q Quit" in text and "? Help" in text  # the key bar
 
 
+async def test_the_command_column_takes_the_room_of_a_resized_terminal() -> None:
+    """At 80 columns the first command is cut; widened to 140 it is whole, without a rescan."""
+    app = make_app(scanner=FakeScanner())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, TargetPicker) and app.screen.scans > 0, 20, "a scan")
+        table = app.screen.query_one("#procs", DataTable)
+        table.move_cursor(row=1)
+        assert table.get_row_at(0)[5].endswith("…")
+        scans = app.screen.scans
+        await pilot.resize_terminal(140, 40)
+        await wait_for(pilot, lambda: not table.get_row_at(0)[5].endswith("…"), 10, "the command widened")
+        assert table.get_row_at(0)[5].startswith("python train.py --config configs/resnet50.yaml --epochs 90")
+        assert app.screen.scans == scans and table.cursor_row == 1  # no rescan; the cursor stays
+
+
 async def test_enter_on_a_process_opens_the_playbook_picker_with_purposes() -> None:
     app = make_app(scanner=FakeScanner())
     async with app.run_test(size=(80, 24)) as pilot:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -94,6 +94,19 @@ class TargetPicker(Screen[None]):
     @on(Scanned)
     def scanned(self, event: Scanned) -> None:
         self.scans += 1
+        self.rows = {r.pid: r for r in event.rows}
+        self.fill_table()
+        count = len(event.rows)
+        found = f"{count} process{'es' if count != 1 else ''}" if count else (
+            "no torch processes found: start your training job, or use the demo / launch a command")
+        self.query_one("#scan-status", Static).update(" · ".join(t for t in (found, event.status) if t))
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.fill_table()  # the command column takes the room the terminal has now, not at the last scan
+
+    def fill_table(self) -> None:
+        """The scanned processes, the command cut to the width left by the other columns; the
+        row under the cursor stays under it."""
         table = self.query_one("#procs", DataTable)
         keep = None
         if table.row_count and table.cursor_row >= 0:
@@ -102,20 +115,15 @@ class TargetPicker(Screen[None]):
             except Exception:
                 keep = None
         table.clear()
-        self.rows = {r.pid: r for r in event.rows}
         cmd_width = max(20, self.size.width - 54)
         column = table.columns[ColumnKey("cmd")]
         column.auto_width, column.width = False, cmd_width
-        for r in event.rows:
+        for r in self.rows.values():
             cmd = short_command(r.cmdline) + (f"  (+{r.torch_children} workers)" if r.torch_children else "")
             table.add_row(str(r.pid), r.user[:9], f"{r.cpu_percent:.0f}", f"{r.rss_mib:.0f}",
                           "" if r.gpu_mb is None else str(r.gpu_mb), _cmd_text(cmd, cmd_width), key=str(r.pid))
         if keep is not None and keep in {str(p) for p in self.rows}:
             table.move_cursor(row=table.get_row_index(keep))
-        count = len(event.rows)
-        found = f"{count} process{'es' if count != 1 else ''}" if count else (
-            "no torch processes found: start your training job, or use the demo / launch a command")
-        self.query_one("#scan-status", Static).update(" · ".join(t for t in (found, event.status) if t))
 
     @on(DataTable.RowSelected, "#procs")
     def process_chosen(self, event: DataTable.RowSelected) -> None:
