@@ -6,7 +6,7 @@ Starts the real `fieldguide` command in a pseudo-terminal (80x24, as over SSH) a
 from spawn to the first screen on the terminal: the target picker for `fieldguide`, and the
 walk screen for `fieldguide demo`. It then reads /proc/PID/maps of the fieldguide process
 for torch's native library (the launched demo job has torch; fieldguide must not), and
-quits with `q`. The target: under 1 s on a 2-core machine.
+quits with `q`. The target: each first screen's median under 0.5 s on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ CASES = {
     "picker (fieldguide)": ([], b"What should fieldguide diagnose?"),
     "walk (fieldguide demo)": (["demo"], b"env.debug-flags"),
 }
-BUDGET_S = 1.0
+BUDGET_S = 0.5  # each first screen's median
 
 
 def maps_torch(pid: int) -> bool:
@@ -84,14 +84,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     print(f"fieldguide TUI startup, {args.runs} runs each, 80x24 pty, {os.cpu_count()} CPU cores")
-    worst = 0.0
+    worst = 0.0  # the slowest median
     for name, (argv, marker) in CASES.items():
         times, torch_seen = [], False
         for _ in range(args.runs):
             drawn, torch_loaded = one_run(argv, marker)
             times.append(drawn)
             torch_seen |= torch_loaded
-        worst = max(worst, max(times))
+        worst = max(worst, statistics.median(times))
         print(f"  {name:<24} first screen: median {statistics.median(times) * 1000:6.0f} ms, "
               f"min {min(times) * 1000:6.0f} ms, max {max(times) * 1000:6.0f} ms; "
               f"torch in the TUI process: {'YES' if torch_seen else 'no'}")
@@ -99,7 +99,7 @@ def main() -> int:
             print("  FAIL: the TUI process mapped torch", file=sys.stderr)
             return 1
     verdict = "within" if worst < BUDGET_S else "OVER"
-    print(f"  slowest first screen {worst * 1000:.0f} ms: {verdict} the {BUDGET_S:.0f} s budget")
+    print(f"  slowest median first screen {worst * 1000:.0f} ms: {verdict} the {BUDGET_S:.1f} s budget")
     return 0 if worst < BUDGET_S else 1
 
 

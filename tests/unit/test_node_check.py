@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -148,7 +149,7 @@ def test_plugin_probes_are_read_only_for_an_id_that_is_not_bundled(monkeypatch: 
         scans.append(group)
         return [SimpleNamespace(load=lambda: fresh.register(PluginProbe))]
 
-    monkeypatch.setattr(probes_module, "entry_points", entry_points)
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
     monkeypatch.setattr(probes_module, "builtin_modules", lambda: [])
     fresh.register(NodeCpuFreq)
     assert fresh.get("node.cpufreq") is NodeCpuFreq and scans == []  # a bundled id: no scan

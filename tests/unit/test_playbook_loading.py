@@ -594,3 +594,26 @@ def test_an_included_node_whose_edge_leads_nowhere_here_is_named(tmp_path):
         load_playbook(mine)
     assert "included node input.data-wait leads to slow-training's host.blocking-io" in str(info.value)
     assert "continue" in str(info.value)
+
+
+def test_a_trusted_bundled_playbook_reads_as_the_checked_one_without_loading_the_probes():
+    """The TUI's first screen reads a bundled playbook without the probe modules (the suite holds
+    every bundled playbook to the full check, above); the result is the same playbook."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from fieldguide.playbook import find_playbook; "
+            "p = find_playbook('slow-training', trust_bundled=True); "
+            "print(sorted(m for m in sys.modules if m.startswith('fieldguide.probes.')), len(p.nodes))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("[] "), out  # no probe module was imported
+    for playbook in list_playbooks():
+        trusted = find_playbook(playbook.id, trust_bundled=True)
+        assert trusted.nodes == find_playbook(playbook.id).nodes, playbook.id
+
+
+def test_a_users_playbook_is_checked_even_when_bundled_ones_are_trusted(tmp_path, monkeypatch):
+    write(tmp_path, mutate("probe: loop.steps", "probe: loop.nope"))
+    monkeypatch.setenv("FIELDGUIDE_PLAYBOOKS", str(tmp_path))
+    with pytest.raises(PlaybookError, match="unknown probe 'loop.nope'"):
+        find_playbook("tiny", trust_bundled=True)

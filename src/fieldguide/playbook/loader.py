@@ -9,7 +9,7 @@ from typing import Any
 
 from fieldguide.errors import BadInput
 from fieldguide.playbook.causes import CAUSES_FILE, load_causes
-from fieldguide.playbook.expect import ExpectationSyntaxError, parse_expectation
+from fieldguide.playbook.expect import Expectation, ExpectationSyntaxError, parse_expectation
 from fieldguide.playbook.graph import check_acyclic
 from fieldguide.playbook.schema import Edge, MeasureOption, Node, Playbook, template_fields
 from fieldguide.playbook.source import (
@@ -58,9 +58,14 @@ def list_playbooks(problems: list[str] | None = None) -> list[Playbook]:
     return list(seen.values())
 
 
-def find_playbook(playbook_id: str) -> Playbook:
+def find_playbook(playbook_id: str, *, trust_bundled: bool = False) -> Playbook:
     """A playbook by id, or by path to a .yaml file. A name the OS cannot take (too long, a NUL)
-    is bad input like any other, not an OSError."""
+    is bad input like any other, not an OSError.
+
+    `trust_bundled`: a playbook shipped with fieldguide is read without checking its probes
+    against the registry, which imports every probe module (~100 ms on 2 cores) before a first
+    screen that needs none of them; the test suite loads every bundled playbook with the check.
+    A user's playbook is always checked."""
     if playbook_id.endswith((".yaml", ".yml")) or os.sep in playbook_id:
         path = Path(playbook_id)
         try:
@@ -72,10 +77,11 @@ def find_playbook(playbook_id: str) -> Playbook:
             raise BadInput(one_line(f"no playbook file {shown(playbook_id)}"))
         return load_playbook(path)
     if len(playbook_id) <= MAX_ID_CHARS:
-        for directory in playbook_dirs():
+        dirs = playbook_dirs()
+        for directory in dirs:
             path = directory / f"{playbook_id}.yaml"
             if os.path.lexists(path):  # a directory or FIFO of that name is reported, as in the listing
-                return load_playbook(path)
+                return load_playbook(path, check_probes=not (trust_bundled and directory == dirs[-1]))
     known = sorted({p.stem for d in playbook_dirs() for p in yaml_files(d) if p.name != CAUSES_FILE})
     raise BadInput(one_line(f"unknown playbook {shown(repr(playbook_id))}; installed: {', '.join(known) or 'none'}"))
 
@@ -116,9 +122,32 @@ def _edge(raw: Any, key: str, data: LineDict, path: Path, node: str) -> Edge:
                         node=node, field=key)
 
 
-def _measure(raw: Any, data: LineDict, path: Path, node: str) -> tuple[MeasureOption, ...]:
+def _check_probe(probe_id: Any, params: dict[str, Any], expectation: Expectation, item: LineDict, path: Path,
+                 node: str, where: str) -> None:
+    """The probe exists, takes these parameters with these types, and gives the values expected of it."""
     from fieldguide.probes import registry  # probe modules are light: heavy imports happen in run()
 
+    probe_cls = registry.get(probe_id) if isinstance(probe_id, str) else None
+    if probe_cls is None:
+        raise PlaybookError(path, item.line_of("probe"), f"unknown probe {probe_id!r}; known: {', '.join(registry.ids())}",
+                            node=node, field=f"{where}.probe")
+    for name, value in params.items():
+        if name not in probe_cls.params:
+            raise PlaybookError(path, item.line_of("params"), f"probe {probe_id} has no parameter {name!r}; it takes: "
+                                f"{', '.join(probe_cls.params) or 'none'}", node=node, field=f"{where}.params.{name}")
+        want = type(probe_cls.params[name])
+        ok = (isinstance(value, want) and (want is bool or not isinstance(value, bool))) or (
+            want is float and isinstance(value, int) and not isinstance(value, bool))
+        if not ok:
+            raise PlaybookError(path, item.line_of("params"), f"{name} must be {want.__name__}, got {value!r}",
+                                node=node, field=f"{where}.params.{name}")
+    unknown = [n for n in expectation.names() if probe_cls.values and n not in probe_cls.values]
+    if unknown:
+        raise PlaybookError(path, item.line_of("expect"), f"probe {probe_id} measures no value {unknown[0]!r}; it gives: "
+                            f"{', '.join(probe_cls.values)}", node=node, field=f"{where}.expect")
+
+
+def _measure(raw: Any, data: LineDict, path: Path, node: str, check_probes: bool) -> tuple[MeasureOption, ...]:
     line = data.line_of("measure")
     if not isinstance(raw, list) or not raw:
         raise PlaybookError(path, line, "must be a non-empty list of {probe, params, expect}", node=node, field="measure")
@@ -129,31 +158,15 @@ def _measure(raw: Any, data: LineDict, path: Path, node: str) -> tuple[MeasureOp
             raise PlaybookError(path, line, "must be a mapping", node=node, field=where)
         check_fields(item, {"probe", "params", "expect"}, path, node)
         probe_id = item.get("probe")
-        probe_cls = registry.get(probe_id) if isinstance(probe_id, str) else None
-        if probe_cls is None:
-            raise PlaybookError(path, item.line_of("probe"), f"unknown probe {probe_id!r}; known: {', '.join(registry.ids())}",
-                                node=node, field=f"{where}.probe")
         params = item.get("params") or {}
         if not isinstance(params, dict):
             raise PlaybookError(path, item.line_of("params"), "must be a mapping", node=node, field=f"{where}.params")
-        for name, value in params.items():
-            if name not in probe_cls.params:
-                raise PlaybookError(path, item.line_of("params"), f"probe {probe_id} has no parameter {name!r}; it takes: "
-                                    f"{', '.join(probe_cls.params) or 'none'}", node=node, field=f"{where}.params.{name}")
-            want = type(probe_cls.params[name])
-            ok = (isinstance(value, want) and (want is bool or not isinstance(value, bool))) or (
-                want is float and isinstance(value, int) and not isinstance(value, bool))
-            if not ok:
-                raise PlaybookError(path, item.line_of("params"), f"{name} must be {want.__name__}, got {value!r}",
-                                    node=node, field=f"{where}.params.{name}")
         try:
             expectation = parse_expectation(item.get("expect"), f"{where}.expect")
         except ExpectationSyntaxError as err:
             raise PlaybookError(path, item.line_of("expect"), str(err), node=node, field=err.field) from None
-        unknown = [n for n in expectation.names() if probe_cls.values and n not in probe_cls.values]
-        if unknown:
-            raise PlaybookError(path, item.line_of("expect"), f"probe {probe_id} measures no value {unknown[0]!r}; it gives: "
-                                f"{', '.join(probe_cls.values)}", node=node, field=f"{where}.expect")
+        if check_probes or not isinstance(probe_id, str):
+            _check_probe(probe_id, params, expectation, item, path, node, where)
         options.append(MeasureOption(probe=str(probe_id), params=dict(params), expect=expectation))
     return tuple(options)
 
@@ -165,13 +178,14 @@ class _Including:
 
     chain: list[Path] = field(default_factory=list)
     loaded: dict[Path, Playbook] = field(default_factory=dict)
+    check_probes: bool = True  # each measure's probe, parameters and values against the registry
 
 
-def load_playbook(path: Path) -> Playbook:
+def load_playbook(path: Path, *, check_probes: bool = True) -> Playbook:
     """Read and validate one playbook file (and the playbooks it includes from)."""
     path = Path(path)
     try:
-        return _load(path, _Including())
+        return _load(path, _Including(check_probes=check_probes))
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError) as err:
         # A check this loader lacks, met by a hostile file: still one line naming the file.
         raise PlaybookError(path, 0, f"cannot be loaded as a playbook ({type(err).__name__}: {err})") from None
@@ -222,7 +236,7 @@ def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
             id=node_id,
             question=text_field(raw, "question", path, node_id),
             why=text_field(raw, "why", path, node_id),
-            measure=_measure(raw.get("measure"), raw, path, node_id),
+            measure=_measure(raw.get("measure"), raw, path, node_id, including.check_probes),
             on_pass=_edge(raw["pass"], "pass", raw, path, node_id),
             on_depart=_edge(raw["depart"], "depart", raw, path, node_id),
             on_error=_edge(raw["error"], "error", raw, path, node_id) if "error" in raw else None,

@@ -8,7 +8,6 @@ package (or an entry point in the `fieldguide.probes` group) whose classes use
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 from typing import TypeVar
 
 from fieldguide.probes.base import Probe
@@ -49,6 +48,8 @@ class Registry:
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
+        from importlib.metadata import entry_points  # ~15 ms of email and zipfile, here only
+
         for ep in entry_points(group="fieldguide.probes"):
             ep.load()
 

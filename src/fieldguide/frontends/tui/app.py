@@ -209,7 +209,7 @@ def make_app(pid: int | None = None, cmd: list[str] | None = None, playbook_id: 
     if playbook_id:
         from fieldguide.playbook import find_playbook
 
-        playbook = find_playbook(playbook_id)  # a bad id fails here, before any screen is drawn
+        playbook = find_playbook(playbook_id, trust_bundled=True)  # a bad id fails here, before any screen is drawn
     return FieldguideApp(spec=spec, playbook=playbook, scanner=scanner or ProcessScanner(),
                          factory=session_factory or real_session, auto=auto, export_default=export_default)
 

@@ -30,7 +30,10 @@ class GpuPanel(Static):
 
     def on_mount(self) -> None:
         self.display = False
-        self.run_worker(self.poll_loop, thread=True, exclusive=True, group="gpu-panel", name="gpu panel")
+        # After the first frame: loading pynvml and opening NVML (~80 ms here) would otherwise
+        # hold the GIL while the screen is being drawn for the first time.
+        self.call_after_refresh(self.run_worker, self.poll_loop, thread=True, exclusive=True, group="gpu-panel",
+                                name="gpu panel")
 
     def poll_loop(self) -> None:
         from fieldguide.host.gpuwindow import GpuPoller
