@@ -238,3 +238,28 @@ def test_local_with_a_playbook_that_needs_a_process_is_refused_with_the_one_that
     proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--local", "--report", str(report))
     assert proc.returncode == 2 and "--playbook node-check" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not report.exists()
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["watch"], "exactly one target"),
+    (["watch", "--pid", "1", "--", "python", "x.py"], "exactly one target"),
+    (["watch", "--duration", "-5", "--", "python", "x.py"], "--duration"),
+    (["watch", "--duration", "inf", "--", "python", "x.py"], "--duration"),
+])
+def test_watch_bad_usage_is_one_line(args: list[str], needle: str) -> None:
+    assert_one_line_error(run_fieldguide(*args), 2, needle)
+
+
+def test_watch_report_dir_that_is_a_file_fails_before_anything_starts(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    proc = run_fieldguide("watch", "--report-dir", str(taken), "--", sys.executable, "-c", "pass")
+    assert_one_line_error(proc, 2, "--report-dir", "not a directory")
+
+
+def test_watch_rules_that_are_not_rules_fail_with_file_and_line(tmp_path: Path) -> None:
+    rules = tmp_path / "w.yaml"
+    rules.write_text("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals: 3\n")
+    proc = run_fieldguide("watch", "--rules", str(rules), "--report-dir", str(tmp_path / "out"), "--",
+                          sys.executable, "-c", "pass")
+    assert_one_line_error(proc, 2, "w.yaml:5", "signals")

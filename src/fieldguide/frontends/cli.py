@@ -45,6 +45,23 @@ environment:
 """
 
 
+WATCH_EPILOG = """\
+examples:
+  fieldguide watch -- python train.py
+  fieldguide watch --pid 4242 --report-dir runs/watch --duration 14400
+  fieldguide watch --no-tui -- torchrun --nproc-per-node 8 train.py | tee watch.log
+
+The job's baseline is learned once it trains; a signal that departs from it for long enough
+(step time, input share, memory growth, GPU busy: watch.yaml) starts its playbook's walk, whose
+report goes to the directory. Every event is a line of DIR/events.jsonl.
+
+exit status:
+  0    the job never departed from its baseline
+  1    it departed at least once (each walk's report names the cause)
+  2    bad usage or input
+"""
+
+
 class _DiagnoseHelp(argparse.RawDescriptionHelpFormatter):
     """The epilog as written, and each installed playbook's own --budget default, read when the
     help is asked for (never on a normal start)."""
@@ -95,6 +112,19 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--memory-history", action="store_true",
                       help="(launch mode) record every CUDA allocation from the job's start, so that an out-of-memory "
                            "walk leaves the allocator's snapshot for pytorch.org/memory_viz (allocations cost more)")
+
+    watch = sub.add_parser("watch", help="stay on a job for hours; walk a playbook the moment it departs from itself",
+                           usage="fieldguide watch (--pid PID | -- CMD [ARGS...]) [--duration SECONDS] "
+                                 "[--report-dir DIR] [--format json|md|html] [--rules FILE] [--no-tui]",
+                           epilog=WATCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    watch.add_argument("--pid", type=int, help="watch this running process (never stopped or killed)")
+    watch.add_argument("--duration", type=float, help="stop after this many seconds (default: the job's end or Ctrl-C)")
+    watch.add_argument("--report-dir", type=Path,
+                       help="where each walk's report and events.jsonl go (default: ./fieldguide-watch-DATE-TIME)")
+    watch.add_argument("--format", choices=("json", "md", "html"), default="json", help="the reports' format")
+    watch.add_argument("--rules", type=Path, help="the watch's thresholds (default: watch.yaml beside the playbooks)")
+    watch.add_argument("--no-tui", action="store_true", help="one line per event on stdout, even on a terminal")
+    watch.add_argument("--show-output", action="store_true", help="pass the launched command's output through (stderr)")
 
     sub.add_parser("playbooks", help="list installed playbooks with their one-line purpose")
 
@@ -219,6 +249,8 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
             return _diagnose_headless("slow-training", None, command, args.report, args.format,
                                       args.budget, show_output=False, json_out=args.json)
         return _tui(None, command, "slow-training", demo=True)
+    if args.command == "watch":
+        return _watch(args, cmd)
     if args.command == "diagnose":
         if sum((args.pid is not None, bool(cmd), args.local)) != 1:
             raise FieldguideError("diagnose needs exactly one target: --pid PID, -- CMD [ARGS...] or --local")
@@ -243,6 +275,27 @@ def _dispatch(args: argparse.Namespace, cmd: list[str]) -> int:
     if not on_terminal():  # the TUI would wait for keys that never come: say what to run instead
         raise FieldguideError(tui_hint(args.pid, cmd))
     return _tui(args.pid, cmd, None)
+
+
+def _watch(args: argparse.Namespace, cmd: list[str]) -> int:
+    if (args.pid is not None) == bool(cmd):
+        raise FieldguideError("watch needs exactly one target: --pid PID or -- CMD [ARGS...]")
+    if args.duration is not None and not (args.duration > 0 and args.duration != float("inf")):
+        raise FieldguideError("--duration must be a positive number of seconds")
+    from fieldguide.frontends.watchline import open_watch, watch_headless
+
+    headless = args.no_tui or args.show_output or not on_terminal()  # the job's output would garble the screen
+    echo = (lambda line: print(f"  | {line}", file=sys.stderr)) if args.show_output else None
+    sentinel, target = open_watch(args.pid, cmd, args.report_dir, duration=args.duration, fmt=args.format,
+                                  rules_file=args.rules, echo=echo)
+    if headless:
+        return watch_headless(sentinel, target)
+    try:
+        from fieldguide.frontends.tui.watchapp import run_watch_app
+    except ImportError as err:
+        target.close()
+        raise FieldguideError(f"the TUI is not available ({err}); use --no-tui") from None
+    return run_watch_app(sentinel, target)
 
 
 def _check_local(playbook_id: str) -> None:

@@ -13,6 +13,7 @@ from fieldguide.playbook.expect import Expectation, ExpectationSyntaxError, pars
 from fieldguide.playbook.graph import check_acyclic
 from fieldguide.playbook.schema import Edge, MeasureOption, Node, Playbook, template_fields
 from fieldguide.playbook.source import (
+    WATCH_FILE,
     PlaybookError,
     check_fields,
     is_file,
@@ -37,6 +38,7 @@ INCLUDE_FIELDS = {"playbook", "nodes", "continue"}
 # A playbook may include from one that includes from another: deeper than this is refused
 # (the bundled ones include one level).
 MAX_INCLUDE_DEPTH = 8
+NOT_PLAYBOOKS = frozenset({CAUSES_FILE, WATCH_FILE})  # the other files of a playbook directory
 # An id longer than this cannot name a playbook file (names are at most 255 bytes).
 MAX_ID_CHARS = 200
 
@@ -47,7 +49,7 @@ def list_playbooks(problems: list[str] | None = None) -> list[Playbook]:
     seen: dict[str, Playbook] = {}
     for directory in playbook_dirs():
         for path in yaml_files(directory, problems):
-            if path.name == CAUSES_FILE or path.stem in seen:
+            if path.name in NOT_PLAYBOOKS or path.stem in seen:
                 continue
             try:
                 seen[path.stem] = load_playbook(path)
@@ -76,13 +78,13 @@ def find_playbook(playbook_id: str, *, trust_bundled: bool = False) -> Playbook:
         if not found:
             raise BadInput(one_line(f"no playbook file {shown(playbook_id)}"))
         return load_playbook(path)
-    if len(playbook_id) <= MAX_ID_CHARS:
+    if len(playbook_id) <= MAX_ID_CHARS and f"{playbook_id}.yaml" not in NOT_PLAYBOOKS:
         dirs = playbook_dirs()
         for directory in dirs:
             path = directory / f"{playbook_id}.yaml"
             if os.path.lexists(path):  # a directory or FIFO of that name is reported, as in the listing
                 return load_playbook(path, check_probes=not (trust_bundled and directory == dirs[-1]))
-    known = sorted({p.stem for d in playbook_dirs() for p in yaml_files(d) if p.name != CAUSES_FILE})
+    known = sorted({p.stem for d in playbook_dirs() for p in yaml_files(d) if p.name not in NOT_PLAYBOOKS})
     raise BadInput(one_line(f"unknown playbook {shown(repr(playbook_id))}; installed: {', '.join(known) or 'none'}"))
 
 

@@ -121,6 +121,9 @@ def read_text(path: Path) -> str:
         raise PlaybookError(path, line, f"not UTF-8 text (byte {err.start})") from None
 
 
+WATCH_FILE = "watch.yaml"  # the watch's rules (fieldguide/watch/rules.py), beside the playbooks but not one
+
+
 def playbook_dirs() -> list[Path]:
     """Where playbooks are found: $FIELDGUIDE_PLAYBOOKS (colon-separated), then the built-ins."""
     dirs = [Path(p) for p in os.environ.get("FIELDGUIDE_PLAYBOOKS", "").split(os.pathsep) if p]

@@ -1,0 +1,161 @@
+"""The job's own baseline and the departures from it: pure functions over timed points.
+
+A series is a list of (t, value) points: one per training step for step_ms and input_share,
+one per poll for memory_mb and gpu_util. The baseline is the median of the learning period
+(memory: its least-squares slope). A check reads the last window: its median against the
+baseline, or for memory the slope of the last sustain_s, rising quarter after quarter (one
+jump at an evaluation is a plateau after it, not a slope).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fieldguide.analysis.stats import median
+from fieldguide.watch.rules import Signal, WatchRules
+
+Point = tuple[float, float]
+MIN_POLLED = 3  # points of a polled series (memory, GPU, stack windows) a window needs to be judged
+QUARTERS = 4
+
+
+@dataclass(frozen=True)
+class SeriesShape:
+    """How a source gives its series: which come one point per training step (a window needs
+    `min_steps` of them), and which need a wider window than the rules' (sparse stack windows)."""
+
+    per_step: tuple[str, ...] = ("step_ms", "input_share")
+    windows: dict[str, float] = field(default_factory=dict)
+
+    def needed(self, series: str, rules: WatchRules) -> int:
+        return rules.min_steps if series in self.per_step else MIN_POLLED
+
+    def window(self, series: str, rules: WatchRules) -> float:
+        return max(rules.window_s, self.windows.get(series, 0.0))
+
+
+def between(points: Sequence[Point], start: float, end: float) -> list[Point]:
+    """The points in (start, end] of a series sorted by time."""
+    lo = bisect.bisect_right(points, (start, math.inf))
+    hi = bisect.bisect_right(points, (end, math.inf))
+    return list(points[lo:hi])
+
+
+def slope_per_min(points: Sequence[Point]) -> float | None:
+    """Least-squares slope of value over time, per minute; None for fewer than 3 points."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    if var <= 0:
+        return None
+    return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var
+
+
+def rises_each_quarter(points: Sequence[Point], start: float, end: float) -> bool:
+    """The span's quarters, each's median above the one before: growth that goes on, not a step."""
+    width = (end - start) / QUARTERS
+    medians = []
+    for i in range(QUARTERS):
+        part = [v for t, v in points if start + i * width < t <= start + (i + 1) * width]
+        if not part:
+            return False
+        medians.append(median(part) or 0.0)
+    return all(b > a for a, b in zip(medians, medians[1:], strict=False))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One signal's check: the window's value against the baseline, and whether it departs."""
+
+    signal: str
+    value: float | None  # None: the window could not be judged (too few steps: an eval, a save)
+    baseline: float | None
+    departs: bool
+
+    def as_dict(self) -> dict[str, float | str | None]:
+        return {"signal": self.signal, "now": _round(self.value), "baseline": _round(self.baseline)}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def learn(series: dict[str, list[Point]], start: float, end: float, rules: WatchRules,
+          shape: SeriesShape = SeriesShape()) -> dict[str, float]:
+    """The baseline of each series over [start, end]: the median, or memory's slope per minute.
+    A series with too few points there has no baseline, and its signals are not judged."""
+    baseline: dict[str, float] = {}
+    for name, points in series.items():
+        span = between(points, start, end)
+        if name == "memory_mb":
+            slope = slope_per_min(span)
+            if slope is not None:
+                baseline[name] = slope
+        elif len(span) >= shape.needed(name, rules):
+            baseline[name] = median([v for _, v in span]) or 0.0
+    return baseline
+
+
+def check(signal: Signal, points: Sequence[Point], baseline: dict[str, float], now: float,
+          rules: WatchRules, shape: SeriesShape = SeriesShape()) -> Reading:
+    """Whether the signal's condition holds now (the holding over time is Detector's)."""
+    base = baseline.get(signal.series)
+    if base is None:
+        return Reading(signal.id, None, None, False)
+    if signal.condition == "slope_mb_per_min":
+        span = between(points, now - signal.sustain_s, now)
+        slope = slope_per_min(span)
+        if slope is None or len(span) < QUARTERS * 2:
+            return Reading(signal.id, None, base, False)
+        growth = slope * signal.sustain_s / 60.0
+        departs = (slope - base >= signal.threshold and growth >= signal.min_growth_mb
+                   and rises_each_quarter(span, now - signal.sustain_s, now))
+        return Reading(signal.id, slope, base, departs)
+    window = [v for _, v in between(points, now - shape.window(signal.series, rules), now)]
+    if len(window) < shape.needed(signal.series, rules):
+        return Reading(signal.id, None, base, False)
+    value = median(window) or 0.0
+    departs = {
+        "rise_ratio": base > 0 and value >= base * signal.threshold,
+        "rise_points": value >= base + signal.threshold,
+        "drop_points": value <= base - signal.threshold,
+    }[signal.condition]
+    return Reading(signal.id, value, base, bool(departs))
+
+
+@dataclass
+class Detector:
+    """Each signal's condition held over time: a window that departs starts the clock, one that
+    does not stops it, one that cannot be judged (an evaluation's pause) leaves it as it was.
+    A slope is judged over sustain_s already, so it departs as soon as it holds."""
+
+    rules: WatchRules
+    shape: SeriesShape = field(default_factory=SeriesShape)
+    since: dict[str, float] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.since.clear()
+
+    def step(self, series: dict[str, list[Point]], baseline: dict[str, float], now: float
+             ) -> tuple[list[Reading], list[Reading]]:
+        """Every signal's reading now, and those that departed for long enough."""
+        readings, fired = [], []
+        for signal in self.rules.signals:
+            reading = check(signal, series.get(signal.series, []), baseline, now, self.rules, self.shape)
+            readings.append(reading)
+            if reading.value is None:
+                continue
+            if not reading.departs:
+                self.since.pop(signal.id, None)
+                continue
+            started = self.since.setdefault(signal.id, now)
+            held = signal.condition == "slope_mb_per_min" or now - started >= signal.sustain_s
+            if held:
+                fired.append(reading)
+        return readings, fired

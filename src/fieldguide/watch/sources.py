@@ -1,0 +1,230 @@
+"""Where the watch's series come from, at a cost to the job of next to nothing.
+
+Launched: the agent's step stream (each step's time, and the part of it before the first
+forward: input) and its resident set once a second; nothing is armed. Attached: the resident
+set through psutil, and the input share from a sparse stack sample: a short py-spy window at a
+low rate every few seconds, non-blocking (the job is never paused). On a GPU, NVML's
+utilisation and the job's own device memory, in both modes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fieldguide.agent.inside.rows import RssRow, StepRow
+from fieldguide.watch.detect import MIN_POLLED, Point, SeriesShape
+
+MB = 2**20
+STACK_WINDOW_S = 5.0  # attached: each sparse stack window
+STACK_RATE = 10  # samples a second in it (py-spy's default is 100)
+
+
+@dataclass
+class Polled:
+    """New points since the last poll, by series; each rank's steps; and what a series lacks here."""
+
+    points: dict[str, list[Point]] = field(default_factory=dict)
+    ranks: dict[int, list[Point]] = field(default_factory=dict)
+    steps_total: int = 0
+
+    def add(self, series: str, t: float, value: float) -> None:
+        self.points.setdefault(series, []).append((t, value))
+
+
+class GpuReader:
+    """The job's GPUs through NVML: utilisation of the devices it holds, and the memory its
+    processes hold there. None (and why, once) where there is no NVML or no GPU."""
+
+    def __init__(self, pids: Callable[[], set[int]], module: Any | None = None) -> None:
+        self.pids = pids
+        self.module = module
+        self.nvml: Any = None
+        self.reason: str | None = None
+
+    def read(self) -> tuple[float | None, float | None]:
+        """(utilisation %, the job's GPU memory in MB); None where not measured."""
+        if self.reason is not None:
+            return None, None
+        from fieldguide.host.nvml import Nvml, NvmlUnavailable
+
+        if self.nvml is None:
+            try:
+                self.nvml = Nvml.open(self.module)
+            except NvmlUnavailable as err:
+                self.reason = str(err)
+                return None, None
+        pids = self.pids()
+        utils, used = [], 0
+        for index in range(self.nvml.count()):
+            held = self.nvml.compute_pids(index)
+            mine = pids & set(held)
+            if not mine:
+                continue
+            used += sum(held[p] or 0 for p in mine)
+            util = self.nvml.read("nvmlDeviceGetUtilizationRates", self.nvml.handle(index))
+            if util.ok:
+                utils.append(float(util.value.gpu))
+        return (sum(utils) / len(utils) if utils else None), (used / MB if used else None)
+
+    def close(self) -> None:
+        if self.nvml is not None:
+            self.nvml.close()
+            self.nvml = None
+
+
+def job_pids(pid: int | None) -> set[int]:
+    """The process and its descendants (a launcher's ranks, DataLoader workers)."""
+    if pid is None:
+        return set()
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return {pid, *(c.pid for c in proc.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
+class LaunchSource:
+    """A launched job's agent streams: the primary rank's steps and resident set, every rank's steps."""
+
+    kind = "launch"
+    shape = SeriesShape()
+
+    def __init__(self, target: Any, gpu_module: Any | None = None) -> None:
+        self.target = target
+        self.seen: dict[tuple[int, str], int] = {}  # (connection, stream) -> items taken
+        self.main: Any = None
+        self.gpu = GpuReader(lambda: job_pids(target.pid), gpu_module)
+
+    def _new(self, conn: Any, capability: str, name: str) -> list[Any]:
+        stream = conn.stream(capability, name)
+        key = (id(conn), f"{capability}.{name}")
+        fresh = stream.total - self.seen.get(key, 0)
+        self.seen[key] = stream.total
+        return list(stream.items)[-fresh:] if fresh > 0 else []
+
+    def poll(self, now: float) -> Polled:
+        polled = Polled()
+        agent = self.target.agent
+        if agent is None:
+            return polled
+        # One process's steps make the series: the first to train, kept while it is connected (a
+        # walk's `prefer` of the slowest rank must not switch the series mid-session).
+        if self.main is None or self.main.closed:
+            self.main = agent.primary()
+        primary = self.main
+        if primary is None:
+            return polled
+        polled.steps_total = primary.steps_total
+        ranks = agent.ranks()
+        for conn in ranks if primary in ranks else [primary, *ranks]:
+            rows = [StepRow.read(r) for r in self._new(conn, "loop", "steps")]
+            if conn.rank is not None:
+                polled.ranks.setdefault(conn.rank, []).extend((r.t_end, r.wall_s * 1000) for r in rows)
+            if conn is not primary:
+                continue
+            for r in rows:
+                if r.wall_s <= 0:
+                    continue
+                polled.add("step_ms", r.t_end, r.wall_s * 1000)
+                before_forward = r.input_s if r.input_s is not None else r.loader_wait_s
+                polled.add("input_share", r.t_end, min(max(before_forward / r.wall_s, 0.0), 1.0))
+        gpu_util, gpu_mb = self.gpu.read()
+        if gpu_util is not None:
+            polled.add("gpu_util", now, gpu_util)
+        if gpu_mb is not None:  # a CUDA job's memory is its device memory
+            polled.add("memory_mb", now, gpu_mb)
+        else:
+            for row in (RssRow.read(r) for r in self._new(primary, "memory", "rss")):
+                polled.add("memory_mb", row.t, row.rss / MB)
+        return polled
+
+    def missing(self) -> dict[str, str]:
+        return {"gpu_util": self.gpu.reason} if self.gpu.reason else {}
+
+    def close(self) -> None:
+        self.gpu.close()
+
+
+class AttachSource:
+    """A running process seen from outside: psutil's resident set each poll, and the input share
+    of each sparse stack window (a thread runs them one after another)."""
+
+    kind = "attach"
+    # No step is timed from outside; the input share comes once per stack window.
+    shape = SeriesShape(per_step=(), windows={"input_share": MIN_POLLED * STACK_WINDOW_S})
+
+    def __init__(self, target: Any, gpu_module: Any | None = None, stacks: bool = True) -> None:
+        self.target = target
+        self.gpu = GpuReader(lambda: job_pids(target.pid), gpu_module)
+        self._stack_points: list[Point] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.stack_reason: str | None = None
+        self._thread: threading.Thread | None = None
+        if stacks:
+            self._thread = threading.Thread(target=self._stack_windows, name="fieldguide-watch-stacks", daemon=True)
+            self._thread.start()
+
+    def _stack_windows(self) -> None:
+        from fieldguide.host.access import py_spy_path
+        from fieldguide.probes.stacks import read_samples, record_stacks, stack_values
+
+        spy = py_spy_path()
+        if spy is None:
+            self.stack_reason = "py-spy is not installed: no stack samples, so no input share"
+            return
+        while not self._stop.is_set() and self.target.alive():
+            texts, errors, codes = record_stacks(spy, self.target.pid, STACK_WINDOW_S, STACK_RATE,
+                                                 cancelled_wait=self._stop.wait)
+            ended = time.monotonic()
+            if not texts.get("all"):
+                said = (errors.get("all") or "").strip().splitlines()
+                self.stack_reason = f"py-spy wrote no samples{': ' + said[-1] if said else ''}"
+                self._stop.wait(STACK_WINDOW_S)
+                continue
+            self.stack_reason = None
+            all_samples, active = read_samples(texts, self.target.pid)
+            values, _ = stack_values(all_samples, active)
+            share = values.get("data_wait_fraction")  # the main thread waiting for, or making, its batch
+            if share is not None:
+                with self._lock:
+                    self._stack_points.append((ended, float(share)))
+
+    def poll(self, now: float) -> Polled:
+        import psutil
+
+        polled = Polled()
+        try:
+            polled.add("memory_mb", now, psutil.Process(self.target.pid).memory_info().rss / MB)
+        except psutil.Error:
+            pass
+        with self._lock:
+            for t, v in self._stack_points:
+                polled.add("input_share", t, v)
+            self._stack_points.clear()
+        gpu_util, gpu_mb = self.gpu.read()
+        if gpu_util is not None:
+            polled.add("gpu_util", now, gpu_util)
+        if gpu_mb is not None:
+            polled.points["memory_mb"] = [(now, gpu_mb)]
+        return polled
+
+    def missing(self) -> dict[str, str]:
+        missing = {"step_ms": "attached: steps are timed by the agent of a launched job (watch -- CMD)"}
+        if self.gpu.reason:
+            missing["gpu_util"] = self.gpu.reason
+        if self.stack_reason:
+            missing["input_share"] = self.stack_reason
+        return missing
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=STACK_WINDOW_S + 5)
+        self.gpu.close()

@@ -1,0 +1,114 @@
+"""`fieldguide watch` on the workloads that change mid-run: an event naming the right cause soon
+after the change and none before it; none at all on the healthy job with a trainer's rhythm.
+
+`make test` runs two with rules whose windows are shorter (the same conditions, learnt and
+held for less time), launched and attached; `make test-all` runs every workload in every
+declared mode with the bundled rules: the event within 60 s of the change."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fieldguide.workloads import changing
+from tests.conftest import FIELDGUIDE
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DECLARED = changing.watch_declarations()
+
+
+def quick_rules(folder: Path) -> Path:
+    """The bundled rules with shorter warm-up, learning, windows and holds."""
+    text = (ROOT / "playbooks" / "watch.yaml").read_text()
+    for old, new in (("warmup_s: 10", "warmup_s: 3"), ("learn_s: 30", "learn_s: 15"), ("window_s: 10", "window_s: 5"),
+                     ("sustain_s: 15", "sustain_s: 8")):
+        assert old in text, old
+        text = text.replace(old, new)
+    path = folder / "watch-quick.yaml"
+    path.write_text(text)
+    return path
+
+
+def watch(tmp_path: Path, name: str, mode: str, *, change_after: float, seconds: float,
+          rules: Path | None = None) -> tuple[list[dict], float | None, str]:
+    """Watch the workload (launched, or attached to once it runs) until it ends; its events, the
+    change's wall-clock time, and the watch's output."""
+    declared = DECLARED[name]
+    mark, out = tmp_path / "changed-at", tmp_path / "watch"
+    env = dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS=str(seconds), FIELDGUIDE_CHANGE_AFTER_S=str(change_after),
+               FIELDGUIDE_CHANGE_MARK=str(mark), PYTHONUNBUFFERED="1", NO_COLOR="1")
+    job = [sys.executable, *declared.python_args, str(changing.path(name))]
+    options = ["--report-dir", str(out), *(["--rules", str(rules)] if rules else [])]
+    timeout = seconds + 120
+    if mode == "launch":
+        proc = subprocess.run([*FIELDGUIDE, "watch", *options, "--", *job], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    else:
+        running = subprocess.Popen(job, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        try:
+            time.sleep(4)  # the job imports torch and starts training
+            proc = subprocess.run([*FIELDGUIDE, "watch", "--pid", str(running.pid), *options], env=env,
+                                  capture_output=True, text=True, timeout=timeout)
+        finally:
+            running.kill()
+            running.wait()
+    said = proc.stdout + proc.stderr
+    assert "Traceback" not in said, said
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    changed = float(mark.read_text()) if mark.exists() else None
+    return events, changed, said
+
+
+def unix(event: dict) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(event["time"]).timestamp()
+
+
+def assert_named_after_the_change(events: list[dict], changed: float | None, cause: str, within: float,
+                                  said: str) -> dict:
+    assert changed is not None, said
+    departures = [e for e in events if e["kind"] == "departure"]
+    assert departures, said
+    first = departures[0]
+    assert unix(first) > changed, (changed, events)  # none before the change
+    assert first["cause"] == cause, (first, said)
+    assert unix(first) - changed <= within, (unix(first) - changed, said)
+    assert first["report"] and Path(first["report"]).is_file()
+    return first
+
+
+@pytest.mark.parametrize(("name", "mode"), [("loader_slows", "launch"), ("leak_starts", "attach")])
+def test_a_change_is_named_soon_after_it_with_quick_rules(tmp_path: Path, name: str, mode: str) -> None:
+    events, changed, said = watch(tmp_path, name, mode, change_after=25, seconds=60, rules=quick_rules(tmp_path))
+    first = assert_named_after_the_change(events, changed, DECLARED[name].cause or "", 45, said)
+    assert first["playbook"] == DECLARED[name].playbook
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "start" and kinds[1] == "baseline" and kinds[-1] == "end", kinds
+    assert "cause " in said and "baseline" in said  # the headless lines, one per event
+
+
+def changing_cases() -> list[object]:
+    return [pytest.param(name, mode, id=f"{name}-{mode}") for name, d in DECLARED.items() for mode in d.modes]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "mode"), changing_cases())
+def test_each_changing_workload_with_the_bundled_rules(tmp_path: Path, name: str, mode: str) -> None:
+    declared = DECLARED[name]
+    if declared.cause is None:  # the rhythm of a healthy trainer: no departure in four minutes
+        events, _, said = watch(tmp_path, name, mode, change_after=1e9, seconds=240)
+        assert [e for e in events if e["kind"] in ("departing", "departure")] == [], said
+        assert any(e["kind"] == "baseline" for e in events), said
+        return
+    events, changed, said = watch(tmp_path, name, mode, change_after=75, seconds=160)
+    assert_named_after_the_change(events, changed, declared.cause, 60, said)

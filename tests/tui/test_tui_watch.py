@@ -1,0 +1,103 @@
+"""The watch's dashboard at 80x24: the series with their baselines, the events as they come, Enter
+on a departure opens its page, q stops the watch. The sentinel is real; its source is a
+constructed job whose steps slow down 4 s in, and its walk a stand-in returning a recorded
+report (fixtures/watch_departure.json, a real watch's slow-training walk)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from textual.widgets import DataTable
+from tui_helpers import screen_text, wait_for
+
+from fieldguide.frontends.tui.screens.watch import EventScreen, WatchScreen
+from fieldguide.frontends.tui.watchapp import WatchApp
+from fieldguide.report import load_report
+from fieldguide.watch.detect import SeriesShape
+from fieldguide.watch.rules import load_rules
+from fieldguide.watch.sentinel import Sentinel
+from fieldguide.watch.sources import Polled
+
+FIXTURE = Path(__file__).with_name("fixtures") / "watch_departure.json"
+
+
+class SlowingSource:
+    kind = "launch"
+    shape = SeriesShape()
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.last = self.started
+        self.steps = 0
+
+    def poll(self, now: float) -> Polled:
+        polled = Polled()
+        while self.last + 0.02 <= now:
+            self.last += 0.02
+            self.steps += 1
+            slow = self.last - self.started > 4
+            polled.add("step_ms", self.last, 80.0 if slow else 20.0)
+            polled.add("input_share", self.last, 0.1)
+            polled.add("memory_mb", self.last, 500.0)
+        polled.steps_total = self.steps
+        return polled
+
+    def missing(self) -> dict[str, str]:
+        return {"gpu_util": "NVML unavailable: no driver here"}
+
+    def close(self) -> None:
+        pass
+
+
+class Target:
+    pid = 4242
+
+    def alive(self) -> bool:
+        return True
+
+    def gone_reason(self) -> str:
+        return ""
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "launch", "pid": self.pid}
+
+    def close(self) -> None:
+        pass
+
+
+def recorded_walk(playbook: str, target: Any) -> Any:
+    findings = load_report(FIXTURE)
+    return SimpleNamespace(run=lambda: findings, cancel=lambda note: None,
+                           runner=SimpleNamespace(discard_artifacts=lambda: None))
+
+
+async def test_the_dashboard_draws_series_lists_events_and_opens_a_departure(tmp_path: Path) -> None:
+    base = load_rules()
+    signals = tuple(replace(s, sustain_s=1.0) for s in base.signals)
+    rules = replace(base, warmup_s=0.5, learn_s=2.0, window_s=1.0, signals=signals)
+    sentinel = Sentinel(Target(), SlowingSource(), rules, tmp_path, session_factory=recorded_walk)
+    app = WatchApp(sentinel, Target())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, WatchScreen) and sentinel.baseline, 20, "a baseline")
+        await wait_for(pilot, lambda: sentinel.departures >= 1, 30, "a departure")
+        await pilot.pause(1.2)  # a redraw and the event's row
+        text = screen_text(pilot)
+        assert "step 80.0 ms" in text and "baseline 20.0 ms" in text
+        assert "GPU busy: not measured here (NVML unavailable" in text
+        assert "input.waiting" in text  # the departure's row
+        table = app.screen.query_one("#watch-events", DataTable)
+        table.move_cursor(row=table.row_count - 1)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, EventScreen), 10, "the departure's page")
+        assert "input.waiting" in screen_text(pilot)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, WatchScreen), 10, "back to the dashboard")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: sentinel.ended is not None, 20, "the watch to stop")
+    assert sentinel.ended == "quit by the user"
+    kinds = [e["kind"] for e in sentinel.events]
+    assert kinds[:4] == ["start", "baseline", "departing", "departure"] and kinds[-1] == "end", kinds

@@ -1,0 +1,156 @@
+"""The sentinel's phases, walks and events on a constructed source and a stand-in walk: one
+event per settled shift, the baseline learned anew after it, events.jsonl line by line."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from fieldguide.frontends.watchline import event_line
+from fieldguide.watch.detect import SeriesShape
+from fieldguide.watch.rules import load_rules
+from fieldguide.watch.sentinel import EVENTS_FILE, Sentinel
+from fieldguide.watch.sources import Polled
+
+RULES = replace(load_rules(), warmup_s=5, learn_s=20, window_s=5)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class StepSource:
+    """20 steps a second of `ms(t)` each, from `trains_at` on."""
+
+    kind = "launch"
+    shape = SeriesShape()
+
+    def __init__(self, clock: Clock, ms: Any, trains_at: float = 1002.0) -> None:
+        self.clock, self.ms, self.trains_at = clock, ms, trains_at
+        self.last = trains_at
+        self.steps = 0
+        self.closed = False
+
+    def poll(self, now: float) -> Polled:
+        polled = Polled()
+        t = max(self.last, self.trains_at)
+        while t + 0.05 <= now:
+            t += 0.05
+            self.steps += 1
+            polled.add("step_ms", t, self.ms(t))
+            polled.add("input_share", t, 0.1)
+        self.last = t
+        polled.steps_total = self.steps
+        return polled
+
+    def missing(self) -> dict[str, str]:
+        return {"gpu_util": "NVML unavailable: no driver"}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Target:
+    pid = 4242
+
+    def __init__(self) -> None:
+        self.alive_now = True
+
+    def alive(self) -> bool:
+        return self.alive_now
+
+    def gone_reason(self) -> str:
+        return "the target exited with status 0"
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "launch", "pid": self.pid}
+
+
+class Walk:
+    """A stand-in walk: its findings name a cause, at once."""
+
+    def __init__(self, playbook: str, target: Any, walked: list[str]) -> None:
+        self.playbook = playbook
+        walked.append(playbook)
+        self.runner = SimpleNamespace(discard_artifacts=lambda: None)
+
+    def run(self) -> Any:
+        return SimpleNamespace(playbook=self.playbook, verdict="departure", conclusion=None,
+                               first_departure={"cause": "input.waiting"})
+
+    def cancel(self, note: str) -> None:
+        pass
+
+
+def drive(sentinel: Sentinel, clock: Clock, until: float) -> None:
+    while clock.now < until and sentinel.ended is None:
+        clock.now += 1.0
+        sentinel.tick(clock.now)
+        walking = sentinel.walking
+        if walking is not None:
+            walking.done.wait(5)
+
+
+def make(tmp_path: Path, ms: Any, walked: list[str], **kwargs: Any) -> tuple[Sentinel, Clock, Target]:
+    clock, target = Clock(), Target()
+    source = StepSource(clock, ms)
+    written: list[str] = []
+    sentinel = Sentinel(target, source, RULES, tmp_path, clock=clock, on_event=lambda e: written.append(event_line(e)),
+                        session_factory=lambda playbook, t: Walk(playbook, t, walked), **kwargs)
+    sentinel.written = written  # type: ignore[attr-defined]
+    return sentinel, clock, target
+
+
+def test_a_shift_is_one_event_with_its_walk_and_the_shifted_job_is_learned_anew(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr("fieldguide.watch.sentinel.Sentinel._write_report", lambda self, f: tmp_path / "r.json")
+    walked: list[str] = []
+    sentinel, clock, _ = make(tmp_path, lambda t: 50.0 if t < 1060 else 80.0, walked)
+    sentinel.emit("start")
+    drive(sentinel, clock, 1200)
+    kinds = [e["kind"] for e in sentinel.events]
+    assert kinds == ["start", "baseline", "departing", "departure", "baseline"], kinds
+    assert walked == ["slow-training"]
+    departure = next(e for e in sentinel.events if e["kind"] == "departure")
+    assert departure["cause"] == "input.waiting" and departure["report"] == str(tmp_path / "r.json")
+    assert 60 + 15 <= departure["detected_t"] <= 60 + 15 + RULES.window_s + 1
+    assert departure["changed"][0]["signal"] == "step_time" and departure["changed"][0]["baseline"] == 50.0
+    learned = [e for e in sentinel.events if e["kind"] == "baseline"]
+    assert learned[1]["baseline"]["step_ms"] == 80.0  # the shifted job is its new self
+    lines = (tmp_path / EVENTS_FILE).read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in lines] == kinds
+    assert any("cause      input.waiting" in w for w in sentinel.written)  # type: ignore[attr-defined]
+
+
+def test_a_steady_job_has_no_event_and_the_watch_ends_with_its_duration(tmp_path: Path) -> None:
+    walked: list[str] = []
+    sentinel, clock, _ = make(tmp_path, lambda t: 50.0 + (3000.0 if int(t) % 40 == 0 else 0.0), walked, duration=300)
+    drive(sentinel, clock, 1400)
+    assert walked == [] and sentinel.departures == 0
+    assert sentinel.ended == "watched for 300 s"
+    assert [e["kind"] for e in sentinel.events] == ["baseline", "end"]
+
+
+def test_the_watch_ends_when_the_job_does(tmp_path: Path) -> None:
+    sentinel, clock, target = make(tmp_path, lambda t: 50.0, [])
+    drive(sentinel, clock, 1010)
+    target.alive_now = False
+    drive(sentinel, clock, 1020)
+    assert sentinel.ended == "the target exited with status 0"
+    assert sentinel.events[-1]["kind"] == "end"
+
+
+def test_run_emits_start_with_what_cannot_be_measured_and_closes_the_source(tmp_path: Path) -> None:
+    sentinel, clock, target = make(tmp_path, lambda t: 50.0, [])
+    target.alive_now = False
+    threading.Thread(target=sentinel.run).run()
+    start = sentinel.events[0]
+    assert start["kind"] == "start" and start["missing"] == {"gpu_util": "NVML unavailable: no driver"}
+    assert sentinel.source.closed
