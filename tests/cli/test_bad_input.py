@@ -263,3 +263,27 @@ def test_watch_rules_that_are_not_rules_fail_with_file_and_line(tmp_path: Path) 
     proc = run_fieldguide("watch", "--rules", str(rules), "--report-dir", str(tmp_path / "out"), "--",
                           sys.executable, "-c", "pass")
     assert_one_line_error(proc, 2, "w.yaml:5", "signals")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_watch_ends_its_job_and_says_why_in_its_last_event(tmp_path: Path, sig: int) -> None:
+    """Ctrl-C (or SIGTERM from a closed pane) is how a watch usually ends: the launched job is
+    ended, the last event says why, and the status says whether the job departed (0: never)."""
+    out = tmp_path / "w"
+    proc = subprocess.Popen([*FIELDGUIDE, "watch", "--no-tui", "--report-dir", str(out), "--",
+                             sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, NO_COLOR="1"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (out / "events.jsonl").exists():
+        time.sleep(0.1)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    events = [__import__("json").loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert events[0]["kind"] == "start" and events[-1]["kind"] == "end"
+    assert events[-1]["why"].startswith("interrupted by") and events[-1]["departures"] == 0
+    assert "end        interrupted by" in stdout
+    assert not psutil.wait_procs(children, timeout=10)[1], "the launched job is still running"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ DECLARED = changing.watch_declarations()
 def quick_rules(folder: Path) -> Path:
     """The bundled rules with shorter warm-up, learning, windows and holds."""
     text = (ROOT / "playbooks" / "watch.yaml").read_text()
-    for old, new in (("warmup_s: 10", "warmup_s: 3"), ("learn_s: 30", "learn_s: 15"), ("window_s: 10", "window_s: 5"),
+    for old, new in (("warmup_s: 20", "warmup_s: 3"), ("learn_s: 30", "learn_s: 15"), ("window_s: 10", "window_s: 5"),
                      ("sustain_s: 15", "sustain_s: 8")):
         assert old in text, old
         text = text.replace(old, new)
@@ -38,34 +39,46 @@ def quick_rules(folder: Path) -> Path:
 
 
 def watch(tmp_path: Path, name: str, mode: str, *, change_after: float, seconds: float,
-          rules: Path | None = None) -> tuple[list[dict], float | None, str]:
-    """Watch the workload (launched, or attached to once it runs) until it ends; its events, the
-    change's wall-clock time, and the watch's output."""
+          rules: Path | None = None, until_departure: bool = False) -> tuple[list[dict], float | None, str]:
+    """Watch the workload (launched, or attached to once it runs) until it ends, or with
+    `until_departure` until its first departure event (then Ctrl-C, as a user would); its events,
+    the change's wall-clock time, and the watch's output."""
     declared = DECLARED[name]
     mark, out = tmp_path / "changed-at", tmp_path / "watch"
     env = dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS=str(seconds), FIELDGUIDE_CHANGE_AFTER_S=str(change_after),
                FIELDGUIDE_CHANGE_MARK=str(mark), PYTHONUNBUFFERED="1", NO_COLOR="1")
     job = [sys.executable, *declared.python_args, str(changing.path(name))]
-    options = ["--report-dir", str(out), *(["--rules", str(rules)] if rules else [])]
-    timeout = seconds + 120
+    options = ["--no-tui", "--report-dir", str(out), *(["--rules", str(rules)] if rules else [])]
+    running = None
     if mode == "launch":
-        proc = subprocess.run([*FIELDGUIDE, "watch", *options, "--", *job], env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        command = [*FIELDGUIDE, "watch", *options, "--", *job]
     else:
         running = subprocess.Popen(job, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    start_new_session=True)
-        try:
-            time.sleep(4)  # the job imports torch and starts training
-            proc = subprocess.run([*FIELDGUIDE, "watch", "--pid", str(running.pid), *options], env=env,
-                                  capture_output=True, text=True, timeout=timeout)
-        finally:
+        time.sleep(4)  # the job imports torch and starts training
+        command = [*FIELDGUIDE, "watch", "--pid", str(running.pid), *options]
+    try:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + seconds + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if until_departure and '"kind": "departure"' in read(out / "events.jsonl"):
+                proc.send_signal(signal.SIGINT)
+                break
+            time.sleep(0.5)
+        stdout, stderr = proc.communicate(timeout=max(deadline - time.monotonic(), 30))
+    finally:
+        if running is not None:
             running.kill()
             running.wait()
-    said = proc.stdout + proc.stderr
+    said = stdout + stderr
     assert "Traceback" not in said, said
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    events = [json.loads(line) for line in read(out / "events.jsonl").splitlines()]
     changed = float(mark.read_text()) if mark.exists() else None
     return events, changed, said
+
+
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 def unix(event: dict) -> float:
@@ -89,7 +102,8 @@ def assert_named_after_the_change(events: list[dict], changed: float | None, cau
 
 @pytest.mark.parametrize(("name", "mode"), [("loader_slows", "launch"), ("leak_starts", "attach")])
 def test_a_change_is_named_soon_after_it_with_quick_rules(tmp_path: Path, name: str, mode: str) -> None:
-    events, changed, said = watch(tmp_path, name, mode, change_after=25, seconds=60, rules=quick_rules(tmp_path))
+    events, changed, said = watch(tmp_path, name, mode, change_after=25, seconds=60, rules=quick_rules(tmp_path),
+                                  until_departure=True)
     first = assert_named_after_the_change(events, changed, DECLARED[name].cause or "", 45, said)
     assert first["playbook"] == DECLARED[name].playbook
     kinds = [e["kind"] for e in events]

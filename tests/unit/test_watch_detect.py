@@ -95,9 +95,25 @@ def test_memory_that_keeps_growing_departs_but_one_that_steps_up_and_stays_does_
     baseline = learn(leak, 10, 40, RULES)
     assert abs(baseline["memory_mb"]) < 1
     fired = run(Detector(RULES), leak, baseline, 40, 120)
-    assert fired is not None and fired <= 60 + 25
+    memory = next(s for s in RULES.signals if s.id == "memory_slope")
+    assert fired is not None and fired <= 60 + memory.span_s + memory.sustain_s
     plateau = {"memory_mb": [(float(t), 500.0 + (300.0 if t >= 70 else 0.0)) for t in range(0, 200)]}  # an eval's buffers
     assert run(Detector(RULES), plateau, learn(plateau, 10, 40, RULES), 40, 200) is None
+
+
+def test_memory_that_climbs_for_twenty_seconds_after_the_warm_up_and_stops_does_not_depart() -> None:
+    climb = {"memory_mb": [(float(t), 500.0 + 1.2 * min(max(t - 45, 0), 20)) for t in range(0, 200)]}  # 72 MB/min, 20 s
+    assert run(Detector(RULES), climb, learn(climb, 10, 40, RULES), 40, 200) is None
+
+
+def test_a_leak_learnt_as_the_jobs_self_does_not_depart_again_as_its_rate_wobbles() -> None:
+    rate = [800.0 + 0.5 * max(t - 40, 0) for t in range(0, 200)]  # MB/min, up 10% in 160 s
+    level, points = 500.0, []
+    for t in range(0, 200):
+        level += rate[t] / 60
+        points.append((float(t), level))
+    leak = {"memory_mb": points}
+    assert run(Detector(RULES), leak, learn(leak, 10, 40, RULES), 40, 200) is None
 
 
 def test_a_job_that_grows_from_its_start_departs_only_when_it_grows_faster() -> None:

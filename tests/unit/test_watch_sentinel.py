@@ -154,3 +154,38 @@ def test_run_emits_start_with_what_cannot_be_measured_and_closes_the_source(tmp_
     start = sentinel.events[0]
     assert start["kind"] == "start" and start["missing"] == {"gpu_util": "NVML unavailable: no driver"}
     assert sentinel.source.closed
+
+
+def test_each_event_is_one_line_with_its_numbers() -> None:
+    lines = [event_line(e) for e in (
+        {"t": 0.0, "kind": "start", "target": {"pid": 7}, "missing": {"step_ms": "attached"}},
+        {"t": 41.2, "kind": "baseline", "baseline": {"step_ms": 52.14, "input_share": 0.031, "memory_mb": 0.4}},
+        {"t": 87.0, "kind": "departing", "playbook": "oom", "changed": [
+            {"title": "memory growth", "series": "memory_mb", "baseline": 0.4, "now": 257.6}]},
+        {"t": 96.0, "kind": "departure", "playbook": "oom", "cause": "memory.leak_across_steps", "walk_s": 9.2,
+         "report": "out/r.json"},
+        {"t": 99.0, "kind": "departure", "playbook": "oom", "cause": None, "verdict": "inconclusive", "walk_s": 3,
+         "error": "TargetGone: the job ended"},
+        {"t": 154.0, "kind": "end", "why": "the job ended", "departures": 1},
+    )]
+    assert all("\n" not in line for line in lines)
+    assert lines[0].endswith("pid 7 (no step_ms: attached)")
+    assert "step 52.1 ms · input 3% · memory +0.4 MB/min" in lines[1]
+    assert "memory growth +0.4 MB/min → +257.6 MB/min: walking oom" in lines[2]
+    assert "cause      memory.leak_across_steps (oom, 9 s walk) → out/r.json" in lines[3]
+    assert "walked     inconclusive (oom, 3 s walk) (TargetGone: the job ended)" in lines[4]
+    assert lines[5].endswith("end        the job ended; 1 departure")
+
+
+def test_the_gpu_reader_reads_only_the_jobs_gpus_and_says_once_why_not() -> None:
+    from fieldguide.watch.sources import GpuReader
+    from tests.unit.nvml_fake import FakeGpu, fake_pynvml
+
+    mine = FakeGpu(uuid="GPU-mine", util=[(1, 80)], processes={100: 3 * 2**30, 101: 2**30})
+    other = FakeGpu(uuid="GPU-other", util=[(1, 5)], processes={999: 40 * 2**30})
+    reader = GpuReader(lambda: {100, 101}, fake_pynvml([mine, other]))
+    util, used_mb = reader.read()
+    assert used_mb == 4096 and util is not None and util > 50  # the job's device only, its processes only
+    absent = GpuReader(lambda: {100}, fake_pynvml([], init_error="Driver Not Loaded"))
+    assert absent.read() == (None, None) and "Driver Not Loaded" in (absent.reason or "")
+    assert absent.read() == (None, None)  # said once, not tried again each second

@@ -3,8 +3,8 @@
 A series is a list of (t, value) points: one per training step for step_ms and input_share,
 one per poll for memory_mb and gpu_util. The baseline is the median of the learning period
 (memory: its least-squares slope). A check reads the last window: its median against the
-baseline, or for memory the slope of the last sustain_s, rising quarter after quarter (one
-jump at an evaluation is a plateau after it, not a slope).
+baseline, or for memory the slope of the last span_s, rising quarter after quarter (one
+jump at an evaluation is a plateau after it, not a slope). Either must then hold for sustain_s.
 """
 
 from __future__ import annotations
@@ -109,13 +109,15 @@ def check(signal: Signal, points: Sequence[Point], baseline: dict[str, float], n
     if base is None:
         return Reading(signal.id, None, None, False)
     if signal.condition == "slope_mb_per_min":
-        span = between(points, now - signal.sustain_s, now)
+        span = between(points, now - signal.span_s, now)
         slope = slope_per_min(span)
         if slope is None or len(span) < QUARTERS * 2:
             return Reading(signal.id, None, base, False)
-        growth = slope * signal.sustain_s / 60.0
-        departs = (slope - base >= signal.threshold and growth >= signal.min_growth_mb
-                   and rises_each_quarter(span, now - signal.sustain_s, now))
+        growth = slope * signal.span_s / 60.0
+        # Above the baseline's own slope by the threshold, and by a share of it: a leak already
+        # learnt as the job's self is not a new departure each time its rate wobbles.
+        departs = (slope - base >= max(signal.threshold, signal.over_own_slope * abs(base))
+                   and growth >= signal.min_growth_mb and rises_each_quarter(span, now - signal.span_s, now))
         return Reading(signal.id, slope, base, departs)
     window = [v for _, v in between(points, now - shape.window(signal.series, rules), now)]
     if len(window) < shape.needed(signal.series, rules):
@@ -132,8 +134,7 @@ def check(signal: Signal, points: Sequence[Point], baseline: dict[str, float], n
 @dataclass
 class Detector:
     """Each signal's condition held over time: a window that departs starts the clock, one that
-    does not stops it, one that cannot be judged (an evaluation's pause) leaves it as it was.
-    A slope is judged over sustain_s already, so it departs as soon as it holds."""
+    does not stops it, one that cannot be judged (an evaluation's pause) leaves it as it was."""
 
     rules: WatchRules
     shape: SeriesShape = field(default_factory=SeriesShape)
@@ -155,7 +156,6 @@ class Detector:
                 self.since.pop(signal.id, None)
                 continue
             started = self.since.setdefault(signal.id, now)
-            held = signal.condition == "slope_mb_per_min" or now - started >= signal.sustain_s
-            if held:
+            if now - started >= signal.sustain_s:
                 fired.append(reading)
         return readings, fired

@@ -22,7 +22,7 @@ SERIES = ("step_ms", "input_share", "memory_mb", "gpu_util")
 # Each signal has exactly one condition; its number's meaning is in watch.yaml's comments.
 CONDITIONS = ("rise_ratio", "rise_points", "drop_points", "slope_mb_per_min")
 _TOP = {"warmup_s", "learn_s", "window_s", "min_steps", "signals"}
-_SIGNAL = {"id", "title", "series", "sustain_s", "playbook", "min_growth_mb", *CONDITIONS}
+_SIGNAL = {"id", "title", "series", "sustain_s", "playbook", "min_growth_mb", "span_s", "over_own_slope", *CONDITIONS}
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,16 @@ class Signal:
     threshold: float
     sustain_s: float
     playbook: str
-    min_growth_mb: float = 0.0  # slope_mb_per_min: growth over sustain_s needed besides the slope
+    min_growth_mb: float = 0.0  # slope_mb_per_min: growth over span_s needed besides the slope
+    span_s: float = 0.0  # slope_mb_per_min: the span the slope is fitted over
+    over_own_slope: float = 0.0  # slope_mb_per_min: and by this share of the baseline's own slope
 
     def describe(self) -> str:
         """The condition in words, for the event and the dashboard."""
         if self.condition == "slope_mb_per_min":
-            return (f"growth ≥ {self.threshold:g} MB/min over the baseline's and ≥ {self.min_growth_mb:g} MB over "
-                    f"the last {self.sustain_s:g} s, rising in each quarter of it")
+            return (f"growth over the last {self.span_s:g} s ≥ {self.threshold:g} MB/min (and "
+                    f"{self.over_own_slope:.0%} of its own) over the baseline's, ≥ {self.min_growth_mb:g} MB, "
+                    f"rising in each quarter, held {self.sustain_s:g} s")
         return {
             "rise_ratio": f"window median ≥ {self.threshold:g}x the baseline",
             "rise_points": f"window median ≥ baseline + {self.threshold:g}",
@@ -88,7 +91,7 @@ def load_rules(path: Path | None = None) -> WatchRules:
 def _seconds(data: LineDict, key: str, path: Path, node: str | None = None) -> float:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
-            value == 0 and key not in ("warmup_s", "min_growth_mb")):
+            value == 0 and key not in ("warmup_s", "min_growth_mb", "over_own_slope")):
         raise PlaybookError(path, data.line_of(key), "must be a positive number", node=node, field=key)
     return float(value)
 
@@ -106,6 +109,11 @@ def _signal(item: Any, data: LineDict, path: Path) -> Signal:
     if len(conditions) != 1:
         raise PlaybookError(path, item.line, f"needs exactly one condition of {', '.join(CONDITIONS)}",
                             node=signal_id, field="condition")
+    slope = conditions[0] == "slope_mb_per_min"
+    for key in ("span_s", "min_growth_mb", "over_own_slope"):
+        if (key in item) != slope or (key == "span_s" and slope and key not in item):
+            raise PlaybookError(path, item.line, f"{key} belongs to a slope_mb_per_min signal, which needs span_s",
+                                node=signal_id, field=key)
     from fieldguide.playbook.loader import find_playbook
 
     playbook = text_field(item, "playbook", path, signal_id)
@@ -113,4 +121,5 @@ def _signal(item: Any, data: LineDict, path: Path) -> Signal:
     return Signal(id=signal_id, title=text_field(item, "title", path, signal_id), series=series,
                   condition=conditions[0], threshold=_seconds(item, conditions[0], path, signal_id),
                   sustain_s=_seconds(item, "sustain_s", path, signal_id), playbook=playbook,
-                  min_growth_mb=_seconds(item, "min_growth_mb", path, signal_id) if "min_growth_mb" in item else 0.0)
+                  **{key: _seconds(item, key, path, signal_id) for key in ("min_growth_mb", "span_s", "over_own_slope")
+                     if key in item})

@@ -76,6 +76,7 @@ class Sentinel:
         self.ended: str | None = None
         self.stop_requested = threading.Event()
         self.lock = threading.Lock()  # the dashboard reads what tick() writes
+        self._walk_lock = threading.Lock()  # a walk's end is reported once (the loop, or stop() from the TUI)
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> str:
@@ -128,6 +129,8 @@ class Sentinel:
 
     def _advance(self, now: float, steps_total: int) -> None:
         rules = self.rules
+        if self.ended is not None:
+            return
         if self.phase == "waiting" and steps_total >= READY_STEPS:
             self._enter("warming", now)
         elif self.phase == "warming" and now - self.phase_since >= rules.warmup_s:
@@ -183,9 +186,10 @@ class Sentinel:
         threading.Thread(target=walk, name="fieldguide-watch-walk", daemon=True).start()
 
     def _walk_done(self, walking: Walking) -> None:
-        if self.walking is not walking:
-            return
-        self.walking = None
+        with self._walk_lock:
+            if self.walking is not walking:
+                return
+            self.walking = None
         findings = walking.findings
         report = self._write_report(findings) if findings is not None else None
         runner = getattr(walking.session, "runner", None)

@@ -114,8 +114,9 @@ class LaunchSource:
         if agent is None:
             return polled
         # One process's steps make the series: the first to train, kept while it is connected (a
-        # walk's `prefer` of the slowest rank must not switch the series mid-session).
-        if self.main is None or self.main.closed:
+        # walk's `prefer` of the slowest rank must not switch the series mid-session). A launcher
+        # (torchrun) has an agent too, and never a step: it is not kept.
+        if self.main is None or self.main.closed or not self.main.steps_total:
             self.main = agent.primary()
         primary = self.main
         if primary is None:

@@ -45,10 +45,17 @@ class WatchApp(App[int]):
 
 
 def run_watch_app(sentinel: Any, target: Any) -> int:
+    import sys
+
+    from fieldguide.watch.sentinel import EVENTS_FILE
+
     app = WatchApp(sentinel, target)
     try:
         app.run()
     finally:
         sentinel.stop("the dashboard closed")
         target.close()
-    return 1 if sentinel.departures else 0
+    count = sentinel.departures
+    print(f"fieldguide watch: {sentinel.ended}; {count} departure{'s' if count != 1 else ''}; events in "
+          f"{sentinel.report_dir / EVENTS_FILE}", file=sys.stderr)
+    return 1 if count else 0

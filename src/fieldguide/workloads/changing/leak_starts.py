@@ -9,21 +9,14 @@ import time
 
 import torch
 import torch.nn.functional as F
+from _change import CHANGE_AFTER_S, mark_change  # this folder's helper
 from torch import nn
 
 WATCH = {"playbook": "oom", "cause": "memory.leak_across_steps", "modes": ["launch", "attach"]}
 
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "600"))
-CHANGE_AFTER_S = float(os.environ.get("FIELDGUIDE_CHANGE_AFTER_S", "90"))
 FEATURES, BATCH, KEEP_EVERY = 64, 512, 5
 
-
-def mark_change(step):
-    print(f"fieldguide-zoo: changed at step {step}", flush=True)
-    where = os.environ.get("FIELDGUIDE_CHANGE_MARK")
-    if where:
-        with open(where, "w") as out:
-            out.write(f"{time.time():.3f}\n")
 
 
 def main():

@@ -10,13 +10,13 @@ import time
 
 import torch
 import torch.nn.functional as F
+from _change import CHANGE_AFTER_S, mark_change  # this folder's helper
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 WATCH = {"playbook": "slow-training", "cause": "input.waiting", "modes": ["launch", "attach"]}
 
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "600"))
-CHANGE_AFTER_S = float(os.environ.get("FIELDGUIDE_CHANGE_AFTER_S", "90"))
 DIM, CLASSES, BATCH, N = 256, 10, 32, 1 << 14
 READ_LATENCY_S = 0.0015  # per record, once slow: 48 ms a batch against ~10 ms of compute
 changed = False
@@ -36,13 +36,6 @@ class Records(Dataset):
             time.sleep(READ_LATENCY_S)  # a blocking read from the slow mount
         return self.x[i], self.y[i]
 
-
-def mark_change(step):
-    print(f"fieldguide-zoo: changed at step {step}", flush=True)
-    where = os.environ.get("FIELDGUIDE_CHANGE_MARK")
-    if where:
-        with open(where, "w") as out:
-            out.write(f"{time.time():.3f}\n")
 
 
 def main():

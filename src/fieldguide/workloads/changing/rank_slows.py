@@ -13,6 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from _change import CHANGE_AFTER_S, mark_change  # this folder's helper
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -20,17 +21,9 @@ WATCH = {"playbook": "slow-training", "cause": "dist.straggler", "modes": ["laun
          "python_args": ["-m", "torch.distributed.run", "--nproc-per-node", "2"]}
 
 SECONDS = float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "600"))
-CHANGE_AFTER_S = float(os.environ.get("FIELDGUIDE_CHANGE_AFTER_S", "90"))
 DIM, CLASSES, BATCH = 256, 10, 64
 SLOW_RANK, EXTRA_S, CHECK_EVERY = 1, 0.025, 8
 
-
-def mark_change(step):
-    print(f"fieldguide-zoo: changed at step {step}", flush=True)
-    where = os.environ.get("FIELDGUIDE_CHANGE_MARK")
-    if where:
-        with open(where, "w") as out:
-            out.write(f"{time.time():.3f}\n")
 
 
 def main():
