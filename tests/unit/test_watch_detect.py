@@ -47,7 +47,7 @@ def run(detector: Detector, series: dict, baseline: dict, start: float, end: flo
 
 
 def test_the_bundled_rules_load_with_every_signal_and_its_playbook() -> None:
-    assert {s.id for s in RULES.signals} == {"step_time", "data_wait", "memory_slope", "gpu_busy"}
+    assert {s.id for s in RULES.signals} == {"step_time", "data_wait", "memory_slope", "gpu_busy", "sm_busy"}
     assert {s.playbook for s in RULES.signals} == {"slow-training", "oom", "low-gpu-util"}
     assert RULES.learn_s > 0 and RULES.window_s > 0
 
@@ -167,3 +167,10 @@ def test_bad_rules_are_one_line_naming_the_file(tmp_path: Path, text: str, needl
     message = str(caught.value)
     assert needle in message and "\n" not in message
     assert isinstance(caught.value, PlaybookError) or "playbook" in needle
+
+
+def test_sm_activity_that_drops_departs_to_low_gpu_util() -> None:
+    signal = next(s for s in RULES.signals if s.id == "sm_busy")
+    assert signal.playbook == "low-gpu-util" and signal.series == "sm_active"
+    series = {"sm_active": [(float(t), 70.0 if t < 60 else 30.0) for t in range(0, 120)]}
+    assert run(Detector(RULES), series, learn(series, 10, 40, RULES), 40, 120) is not None

@@ -181,11 +181,17 @@ def test_the_gpu_reader_reads_only_the_jobs_gpus_and_says_once_why_not() -> None
     from fieldguide.watch.sources import GpuReader
     from tests.unit.nvml_fake import FakeGpu, fake_pynvml
 
-    mine = FakeGpu(uuid="GPU-mine", util=[(1, 80)], processes={100: 3 * 2**30, 101: 2**30})
-    other = FakeGpu(uuid="GPU-other", util=[(1, 5)], processes={999: 40 * 2**30})
+    mine = FakeGpu(uuid="GPU-mine", util=[(1, 80)], processes={100: 3 * 2**30, 101: 2**30}, gpm={2: 61.0})
+    other = FakeGpu(uuid="GPU-other", util=[(1, 5)], processes={999: 40 * 2**30}, gpm={2: 3.0})
     reader = GpuReader(lambda: {100, 101}, fake_pynvml([mine, other]))
-    util, used_mb = reader.read()
-    assert used_mb == 4096 and util is not None and util > 50  # the job's device only, its processes only
+    first = reader.read()
+    assert first.memory_mb == 4096 and first.util == 80  # the job's device only, its processes only
+    assert first.sm_active is None  # GPM needs two samples
+    assert reader.read().sm_active == 61.0 and reader.missing() == {}
+    old = GpuReader(lambda: {100}, fake_pynvml([FakeGpu(processes={100: 2**30})]))  # no GPM on this part
+    old.read()
+    assert old.read().sm_active is None and "GPM" in old.missing()["sm_active"]
     absent = GpuReader(lambda: {100}, fake_pynvml([], init_error="Driver Not Loaded"))
-    assert absent.read() == (None, None) and "Driver Not Loaded" in (absent.reason or "")
-    assert absent.read() == (None, None)  # said once, not tried again each second
+    assert absent.read().util is None and "Driver Not Loaded" in (absent.reason or "")
+    assert absent.read().util is None  # said once, not tried again each second
+    assert set(absent.missing()) == {"gpu_util", "sm_active"}

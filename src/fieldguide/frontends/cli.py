@@ -52,7 +52,7 @@ examples:
   fieldguide watch --no-tui -- torchrun --nproc-per-node 8 train.py | tee watch.log
 
 The job's baseline is learned once it trains; a signal that departs from it for long enough
-(step time, input share, memory growth, GPU busy: watch.yaml) starts its playbook's walk, whose
+(step time, input share, memory growth, GPU and SM busy: watch.yaml) starts its playbook's walk, whose
 report goes to the directory. Every event is a line of DIR/events.jsonl.
 
 exit status:

@@ -10,7 +10,8 @@ from typing import Any
 
 from fieldguide.errors import FieldguideError
 
-SERIES_LABELS = {"step_ms": "step", "input_share": "input", "memory_mb": "memory", "gpu_util": "GPU busy"}
+SERIES_LABELS = {"step_ms": "step", "input_share": "input", "memory_mb": "memory", "gpu_util": "GPU busy",
+                 "sm_active": "SM active"}
 
 
 def default_report_dir() -> Path:
@@ -41,7 +42,7 @@ def value_text(series: str, value: float | None) -> str:
         return f"{value:.0%}"
     if series == "memory_mb":
         return f"{value:+.1f} MB/min"
-    if series == "gpu_util":
+    if series in ("gpu_util", "sm_active"):
         return f"{value:.0f}%"
     return f"{value:.1f} ms"
 

@@ -18,7 +18,7 @@ from fieldguide.playbook.source import (
 )
 from fieldguide.playbook.yamlread import LineDict
 
-SERIES = ("step_ms", "input_share", "memory_mb", "gpu_util")
+SERIES = ("step_ms", "input_share", "memory_mb", "gpu_util", "sm_active")
 # Each signal has exactly one condition; its number's meaning is in watch.yaml's comments.
 CONDITIONS = ("rise_ratio", "rise_points", "drop_points", "slope_mb_per_min")
 _TOP = {"warmup_s", "learn_s", "window_s", "min_steps", "signals"}

@@ -35,20 +35,29 @@ class Polled:
         self.points.setdefault(series, []).append((t, value))
 
 
+@dataclass
+class GpuReading:
+    util: float | None = None  # NVML utilisation of the job's GPUs (%), their mean
+    memory_mb: float | None = None  # what the job's processes hold on them
+    sm_active: float | None = None  # GPM's SM activity since the last read (%), where the part has GPM
+
+
 class GpuReader:
-    """The job's GPUs through NVML: utilisation of the devices it holds, and the memory its
-    processes hold there. None (and why, once) where there is no NVML or no GPU."""
+    """The job's GPUs through NVML: utilisation of the devices it holds, GPM's SM activity on
+    them, and the memory its processes hold there. None (and why, once) where there is no NVML
+    or no GPU; SM activity's reason separately (a part without GPM)."""
 
     def __init__(self, pids: Callable[[], set[int]], module: Any | None = None) -> None:
         self.pids = pids
         self.module = module
         self.nvml: Any = None
         self.reason: str | None = None
+        self.sm_reason: str | None = None
+        self.gpm: dict[int, Any] = {}  # device -> the GPM sample begun at the last read
 
-    def read(self) -> tuple[float | None, float | None]:
-        """(utilisation %, the job's GPU memory in MB); None where not measured."""
+    def read(self) -> GpuReading:
         if self.reason is not None:
-            return None, None
+            return GpuReading()
         from fieldguide.host.nvml import Nvml, NvmlUnavailable
 
         if self.nvml is None:
@@ -56,9 +65,9 @@ class GpuReader:
                 self.nvml = Nvml.open(self.module)
             except NvmlUnavailable as err:
                 self.reason = str(err)
-                return None, None
+                return GpuReading()
         pids = self.pids()
-        utils, used = [], 0
+        utils, sms, used = [], [], 0
         for index in range(self.nvml.count()):
             held = self.nvml.compute_pids(index)
             mine = pids & set(held)
@@ -68,7 +77,35 @@ class GpuReader:
             util = self.nvml.read("nvmlDeviceGetUtilizationRates", self.nvml.handle(index))
             if util.ok:
                 utils.append(float(util.value.gpu))
-        return (sum(utils) / len(utils) if utils else None), (used / MB if used else None)
+            begun = self.gpm.get(index)
+            if begun is not None:
+                metrics = self.nvml.gpm_end(begun)
+                if metrics.ok and metrics.value.get("sm_active") is not None:
+                    sms.append(float(metrics.value["sm_active"]))
+                elif not metrics.ok:
+                    self.sm_reason = metrics.reason
+            self.gpm[index] = self.nvml.gpm_begin(index)
+            if not self.gpm[index].ok:
+                self.sm_reason = self.gpm[index].reason
+        return GpuReading(util=sum(utils) / len(utils) if utils else None, memory_mb=used / MB if used else None,
+                          sm_active=sum(sms) / len(sms) if sms else None)
+
+    def missing(self) -> dict[str, str]:
+        if self.reason:
+            return {"gpu_util": self.reason, "sm_active": self.reason}
+        return {"sm_active": self.sm_reason} if self.sm_reason else {}
+
+    def add_to(self, polled: Polled, now: float, memory: bool) -> bool:
+        """This read's points; whether the job's memory was read here (its device memory)."""
+        reading = self.read()
+        if reading.util is not None:
+            polled.add("gpu_util", now, reading.util)
+        if reading.sm_active is not None:
+            polled.add("sm_active", now, reading.sm_active)
+        if memory and reading.memory_mb is not None:
+            polled.add("memory_mb", now, reading.memory_mb)
+            return True
+        return False
 
     def close(self) -> None:
         if self.nvml is not None:
@@ -135,18 +172,14 @@ class LaunchSource:
                 polled.add("step_ms", r.t_end, r.wall_s * 1000)
                 before_forward = r.input_s if r.input_s is not None else r.loader_wait_s
                 polled.add("input_share", r.t_end, min(max(before_forward / r.wall_s, 0.0), 1.0))
-        gpu_util, gpu_mb = self.gpu.read()
-        if gpu_util is not None:
-            polled.add("gpu_util", now, gpu_util)
-        if gpu_mb is not None:  # a CUDA job's memory is its device memory
-            polled.add("memory_mb", now, gpu_mb)
-        else:
-            for row in (RssRow.read(r) for r in self._new(primary, "memory", "rss")):
+        rss = [RssRow.read(r) for r in self._new(primary, "memory", "rss")]
+        if not self.gpu.add_to(polled, now, memory=True):  # a CUDA job's memory is its device memory
+            for row in rss:
                 polled.add("memory_mb", row.t, row.rss / MB)
         return polled
 
     def missing(self) -> dict[str, str]:
-        return {"gpu_util": self.gpu.reason} if self.gpu.reason else {}
+        return self.gpu.missing()
 
     def close(self) -> None:
         self.gpu.close()
@@ -201,25 +234,20 @@ class AttachSource:
         import psutil
 
         polled = Polled()
-        try:
-            polled.add("memory_mb", now, psutil.Process(self.target.pid).memory_info().rss / MB)
-        except psutil.Error:
-            pass
         with self._lock:
             for t, v in self._stack_points:
                 polled.add("input_share", t, v)
             self._stack_points.clear()
-        gpu_util, gpu_mb = self.gpu.read()
-        if gpu_util is not None:
-            polled.add("gpu_util", now, gpu_util)
-        if gpu_mb is not None:
-            polled.points["memory_mb"] = [(now, gpu_mb)]
+        if not self.gpu.add_to(polled, now, memory=True):  # a CUDA job's memory is its device memory
+            try:
+                polled.add("memory_mb", now, psutil.Process(self.target.pid).memory_info().rss / MB)
+            except psutil.Error:
+                pass
         return polled
 
     def missing(self) -> dict[str, str]:
-        missing = {"step_ms": "attached: steps are timed by the agent of a launched job (watch -- CMD)"}
-        if self.gpu.reason:
-            missing["gpu_util"] = self.gpu.reason
+        missing = {"step_ms": "attached: steps are timed by the agent of a launched job (watch -- CMD)",
+                   **self.gpu.missing()}
         if self.stack_reason:
             missing["input_share"] = self.stack_reason
         return missing

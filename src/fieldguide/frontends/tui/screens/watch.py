@@ -22,7 +22,7 @@ from fieldguide.frontends.watchline import SERIES_LABELS, event_line, value_text
 if TYPE_CHECKING:
     from fieldguide.watch.sentinel import Sentinel
 
-SERIES_ORDER = ("step_ms", "input_share", "memory_mb", "gpu_util")
+SERIES_ORDER = ("step_ms", "input_share", "memory_mb", "gpu_util", "sm_active")
 PHASES = {"waiting": "waiting for the first training steps", "warming": "warming up (not judged)",
           "learning": "learning the job's baseline", "watching": "watching", "walking": "walking a playbook",
           "settling": "settling after the walk"}
@@ -119,6 +119,8 @@ class WatchScreen(Screen[None]):
         for series in SERIES_ORDER:
             label = SERIES_LABELS[series]
             if series not in history and series in missing:
+                if series == "sm_active" and missing.get("gpu_util") == missing[series]:
+                    continue  # no NVML at all: said once, on GPU busy
                 parts.append(Text(f"{label}: not measured here ({missing[series]})", style="dim"))
                 continue
             if series not in history:
