@@ -287,3 +287,19 @@ def test_an_interrupted_watch_ends_its_job_and_says_why_in_its_last_event(tmp_pa
     assert events[-1]["why"].startswith("interrupted by") and events[-1]["departures"] == 0
     assert "end        interrupted by" in stdout
     assert not psutil.wait_procs(children, timeout=10)[1], "the launched job is still running"
+
+
+def test_a_watch_whose_stdout_is_closed_keeps_writing_its_events(tmp_path: Path) -> None:
+    """`fieldguide watch --no-tui ... | head -1`: no traceback when the pipe closes; events.jsonl goes on."""
+    out = tmp_path / "w"
+    proc = subprocess.Popen([*FIELDGUIDE, "watch", "--no-tui", "--report-dir", str(out), "--",
+                             sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert "watching" in proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert "Traceback" not in stderr and proc.returncode == 0, stderr
+    assert (out / "events.jsonl").read_text().splitlines()[-1].count('"kind": "end"') == 1

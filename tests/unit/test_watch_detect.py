@@ -35,6 +35,9 @@ def steps(start: float, end: float, ms: float, jitter: float = 0.05, seed: int =
     return points
 
 
+TRAINING = steps(0, 200, 50)  # a job that trains all along (launched, windows are judged while it does)
+
+
 def run(detector: Detector, series: dict, baseline: dict, start: float, end: float) -> float | None:
     """The first second in [start, end] at which a signal fires, checking once a second."""
     t = start
@@ -83,21 +86,25 @@ def test_a_window_that_cannot_be_judged_neither_starts_nor_stops_the_clock() -> 
 
 
 def test_a_rise_in_the_input_share_departs_in_points() -> None:
-    series = {"input_share": [(t, 0.1) for t, _ in steps(0, 60, 20)] + [(t, 0.4) for t, _ in steps(60, 100, 20)]}
+    series = {"input_share": [(t, 0.1) for t, _ in steps(0, 60, 20)] + [(t, 0.4) for t, _ in steps(60, 100, 20)],
+              "step_ms": steps(0, 100, 20)}
     baseline = learn(series, 10, 40, RULES)
     assert run(Detector(RULES), series, baseline, 40, 100) is not None
-    flat = {"input_share": [(t, 0.1 + 0.05 * (i % 2)) for i, (t, _) in enumerate(steps(0, 100, 20))]}
+    flat = {"input_share": [(t, 0.1 + 0.05 * (i % 2)) for i, (t, _) in enumerate(steps(0, 100, 20))],
+            "step_ms": steps(0, 100, 20)}
     assert run(Detector(RULES), flat, learn(flat, 10, 40, RULES), 40, 100) is None
 
 
 def test_memory_that_keeps_growing_departs_but_one_that_steps_up_and_stays_does_not() -> None:
-    leak = {"memory_mb": [(float(t), 500.0 + (max(t - 60, 0) * 1.5)) for t in range(0, 120)]}  # 90 MB/min from 60 s
+    leak = {"memory_mb": [(float(t), 500.0 + (max(t - 60, 0) * 1.5)) for t in range(0, 120)],  # 90 MB/min from 60 s
+            "step_ms": TRAINING}
     baseline = learn(leak, 10, 40, RULES)
     assert abs(baseline["memory_mb"]) < 1
     fired = run(Detector(RULES), leak, baseline, 40, 120)
     memory = next(s for s in RULES.signals if s.id == "memory_slope")
     assert fired is not None and fired <= 60 + memory.span_s + memory.sustain_s
-    plateau = {"memory_mb": [(float(t), 500.0 + (300.0 if t >= 70 else 0.0)) for t in range(0, 200)]}  # an eval's buffers
+    plateau = {"memory_mb": [(float(t), 500.0 + (300.0 if t >= 70 else 0.0)) for t in range(0, 200)],  # an eval's buffers
+               "step_ms": TRAINING}
     assert run(Detector(RULES), plateau, learn(plateau, 10, 40, RULES), 40, 200) is None
 
 
@@ -122,8 +129,26 @@ def test_a_job_that_grows_from_its_start_departs_only_when_it_grows_faster() -> 
 
 
 def test_gpu_utilisation_that_drops_departs() -> None:
-    series = {"gpu_util": [(float(t), 95.0 if t < 60 else 50.0) for t in range(0, 120)]}
+    series = {"gpu_util": [(float(t), 95.0 if t < 60 else 50.0) for t in range(0, 120)], "step_ms": TRAINING}
     assert run(Detector(RULES), series, learn(series, 10, 40, RULES), 40, 120) is not None
+
+
+def test_an_idle_gpu_during_an_evaluation_with_no_training_step_is_not_judged() -> None:
+    training = [p for p in TRAINING if not 60 < p[0] < 100]  # 40 s of evaluation: no training step
+    series = {"gpu_util": [(float(t), 5.0 if 60 < t < 100 else 95.0) for t in range(0, 200)], "step_ms": training}
+    assert run(Detector(RULES), series, learn(series, 10, 40, RULES), 40, 200) is None
+    ungated = Detector(RULES, SeriesShape(gated_by=None))  # attached: no step to gate on
+    assert run(ungated, series, learn(series, 10, 40, RULES), 40, 200) is not None
+
+
+def test_a_departure_on_either_side_of_a_long_pause_is_not_held_across_it() -> None:
+    rules = replace(RULES, min_steps=5)
+    series = {"step_ms": steps(0, 50, 50) + steps(50, 58, 100) + steps(80, 84, 100, seed=3)}
+    baseline = learn(series, 10, 40, rules)
+    detector = Detector(rules)
+    # slow from 50 s (departing ~55-67 s, as the window empties), 22 s paused, 4 s slow: not 15 s held
+    assert run(detector, series, baseline, 51, 84) is None
+    assert "step_time" in detector.since and detector.since["step_time"] >= 80
 
 
 def test_a_series_with_no_baseline_is_not_judged() -> None:
@@ -158,6 +183,15 @@ def test_the_helpers() -> None:
     ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals:\n  - {id: a, title: t, series: step_ms, "
      "rise_ratio: 1.2, sustain_s: 1, playbook: no-such-book}\n", "unknown playbook"),
     ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\ncolour: red\nsignals: []\n", "colour"),
+    ("warmup_s: .nan\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals: []\n", "warmup_s"),
+    ("warmup_s: 1\nlearn_s: 900\nwindow_s: 1\nmin_steps: 1\nsignals: []\n", "at most 600"),
+    ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 2.5\nsignals: []\n", "whole number"),
+    ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals:\n  - {id: a, title: t, series: step_ms, "
+     "rise_ratio: 0.9, sustain_s: 1, playbook: slow-training}\n", "above 1"),
+    ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals:\n  - {id: a, title: t, series: memory_mb, "
+     "rise_points: 5, sustain_s: 1, playbook: oom}\n", "slope_mb_per_min"),
+    ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals:\n  - {id: a, title: t, series: memory_mb, "
+     "slope_mb_per_min: 5, sustain_s: 1, playbook: oom}\n", "needs span_s"),
 ])
 def test_bad_rules_are_one_line_naming_the_file(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "watch.yaml"
@@ -172,5 +206,5 @@ def test_bad_rules_are_one_line_naming_the_file(tmp_path: Path, text: str, needl
 def test_sm_activity_that_drops_departs_to_low_gpu_util() -> None:
     signal = next(s for s in RULES.signals if s.id == "sm_busy")
     assert signal.playbook == "low-gpu-util" and signal.series == "sm_active"
-    series = {"sm_active": [(float(t), 70.0 if t < 60 else 30.0) for t in range(0, 120)]}
+    series = {"sm_active": [(float(t), 70.0 if t < 60 else 30.0) for t in range(0, 120)], "step_ms": TRAINING}
     assert run(Detector(RULES), series, learn(series, 10, 40, RULES), 40, 120) is not None

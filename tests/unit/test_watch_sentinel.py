@@ -102,6 +102,7 @@ def drive(sentinel: Sentinel, clock: Clock, until: float) -> None:
 def make(tmp_path: Path, ms: Any, walked: list[str], **kwargs: Any) -> tuple[Sentinel, Clock, Target]:
     clock, target = Clock(), Target()
     source = StepSource(clock, ms)
+    source.job_alive = target.alive  # type: ignore[method-assign]
     written: list[str] = []
     sentinel = Sentinel(target, source, RULES, tmp_path, clock=clock, on_event=lambda e: written.append(event_line(e)),
                         session_factory=lambda playbook, t: Walk(playbook, t, walked), **kwargs)

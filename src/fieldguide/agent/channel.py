@@ -224,6 +224,13 @@ class AgentServer:
                 return chosen[0]
             return max(live, key=lambda c: (c.steps_total, -c.connected_at))
 
+    def snapshot(self, conn: AgentConnection, capability: str, name: str) -> tuple[int, list[Any]]:
+        """A stream's count of items ever received and the items kept, taken together (the reader
+        thread extends streams under this lock)."""
+        with self._lock:
+            stream = conn.stream(capability, name)
+            return stream.total, list(stream.items)
+
     def prefer(self, pid: int | None) -> None:
         """Measure this process from now on (a rank of the job), or None for the default."""
         self.preferred_pid = pid

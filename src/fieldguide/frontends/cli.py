@@ -282,20 +282,32 @@ def _watch(args: argparse.Namespace, cmd: list[str]) -> int:
         raise FieldguideError("watch needs exactly one target: --pid PID or -- CMD [ARGS...]")
     if args.duration is not None and not (args.duration > 0 and args.duration != float("inf")):
         raise FieldguideError("--duration must be a positive number of seconds")
+    import signal
+
     from fieldguide.frontends.watchline import open_watch, watch_headless
 
     headless = args.no_tui or args.show_output or not on_terminal()  # the job's output would garble the screen
+    run_app: Any = None
+    if not headless:
+        try:
+            from fieldguide.frontends.tui import watchapp
+        except ImportError as err:
+            raise FieldguideError(f"the TUI is not available ({err}); use --no-tui") from None
+        run_app = watchapp.run_watch_app
     echo = (lambda line: print(f"  | {line}", file=sys.stderr)) if args.show_output else None
     sentinel, target = open_watch(args.pid, cmd, args.report_dir, duration=args.duration, fmt=args.format,
                                   rules_file=args.rules, echo=echo)
-    if headless:
-        return watch_headless(sentinel, target)
-    try:
-        from fieldguide.frontends.tui.watchapp import run_watch_app
-    except ImportError as err:
-        target.close()
-        raise FieldguideError(f"the TUI is not available ({err}); use --no-tui") from None
-    return run_watch_app(sentinel, target)
+    if run_app is None:
+        # The first Ctrl-C ends the watch; the ones after wait for the job's end and the last event.
+        signal.signal(signal.SIGINT, _interrupt)
+        status = watch_headless(sentinel, target)
+        _interrupt.walk_over()
+    else:
+        status = run_app(sentinel, target)
+    if sentinel.failure:
+        raise FieldguideError(f"the watch stopped: {sentinel.failure} (events in {sentinel.report_dir})",
+                              exit_code=3)
+    return status
 
 
 def _check_local(playbook_id: str) -> None:

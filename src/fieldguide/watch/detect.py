@@ -20,6 +20,7 @@ from fieldguide.watch.rules import Signal, WatchRules
 Point = tuple[float, float]
 MIN_POLLED = 3  # points of a polled series (memory, GPU, stack windows) a window needs to be judged
 QUARTERS = 4
+CHECK_SLACK_S = 2.0  # checks come about once a second: a longer gap than a window and this is a pause
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class SeriesShape:
 
     per_step: tuple[str, ...] = ("step_ms", "input_share")
     windows: dict[str, float] = field(default_factory=dict)
+    # Launched, every window is judged only while the job trains: an evaluation or a checkpoint
+    # with the GPU idle is not a drop in GPU busy.
+    gated_by: str | None = "step_ms"
 
     def needed(self, series: str, rules: WatchRules) -> int:
         return rules.min_steps if series in self.per_step else MIN_POLLED
@@ -134,27 +138,44 @@ def check(signal: Signal, points: Sequence[Point], baseline: dict[str, float], n
 @dataclass
 class Detector:
     """Each signal's condition held over time: a window that departs starts the clock, one that
-    does not stops it, one that cannot be judged (an evaluation's pause) leaves it as it was."""
+    does not stops it, one that cannot be judged (an evaluation's pause) leaves it as it was,
+    unless the pause outlasts a window: held means departing check after check."""
 
     rules: WatchRules
     shape: SeriesShape = field(default_factory=SeriesShape)
     since: dict[str, float] = field(default_factory=dict)
+    judged: dict[str, float] = field(default_factory=dict)  # each signal's last judged check
 
     def reset(self) -> None:
         self.since.clear()
+        self.judged.clear()
+
+    def training(self, series: dict[str, list[Point]], now: float) -> bool:
+        gate = self.shape.gated_by
+        if gate is None:
+            return True
+        return len(between(series.get(gate, []), now - self.rules.window_s, now)) >= self.rules.min_steps
 
     def step(self, series: dict[str, list[Point]], baseline: dict[str, float], now: float
              ) -> tuple[list[Reading], list[Reading]]:
         """Every signal's reading now, and those that departed for long enough."""
         readings, fired = [], []
+        training = self.training(series, now)
         for signal in self.rules.signals:
+            if not training:
+                readings.append(Reading(signal.id, None, baseline.get(signal.series), False))
+                continue
             reading = check(signal, series.get(signal.series, []), baseline, now, self.rules, self.shape)
             readings.append(reading)
             if reading.value is None:
                 continue
+            last = self.judged.get(signal.id)
+            self.judged[signal.id] = now
             if not reading.departs:
                 self.since.pop(signal.id, None)
                 continue
+            if last is not None and now - last > self.rules.window_s + CHECK_SLACK_S:
+                self.since.pop(signal.id, None)  # a pause longer than a window between two departing checks
             started = self.since.setdefault(signal.id, now)
             if now - started >= signal.sustain_s:
                 fired.append(reading)

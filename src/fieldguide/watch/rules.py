@@ -4,6 +4,7 @@ condition and the playbook that walks the job when it departs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from fieldguide.playbook.yamlread import LineDict
 SERIES = ("step_ms", "input_share", "memory_mb", "gpu_util", "sm_active")
 # Each signal has exactly one condition; its number's meaning is in watch.yaml's comments.
 CONDITIONS = ("rise_ratio", "rise_points", "drop_points", "slope_mb_per_min")
+KEEP_S = 600.0  # the recent points the watch keeps (store.py): no span may be longer
+SPANS = ("learn_s", "window_s", "span_s")
 _TOP = {"warmup_s", "learn_s", "window_s", "min_steps", "signals"}
 _SIGNAL = {"id", "title", "series", "sustain_s", "playbook", "min_growth_mb", "span_s", "over_own_slope", *CONDITIONS}
 
@@ -90,9 +93,14 @@ def load_rules(path: Path | None = None) -> WatchRules:
 
 def _seconds(data: LineDict, key: str, path: Path, node: str | None = None) -> float:
     value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (
             value == 0 and key not in ("warmup_s", "min_growth_mb", "over_own_slope")):
         raise PlaybookError(path, data.line_of(key), "must be a positive number", node=node, field=key)
+    if key in SPANS and value > KEEP_S:
+        raise PlaybookError(path, data.line_of(key), f"must be at most {KEEP_S:.0f} s (the points the watch keeps)",
+                            node=node, field=key)
+    if key == "min_steps" and not float(value).is_integer():
+        raise PlaybookError(path, data.line_of(key), "must be a whole number of steps", node=node, field=key)
     return float(value)
 
 
@@ -110,10 +118,19 @@ def _signal(item: Any, data: LineDict, path: Path) -> Signal:
         raise PlaybookError(path, item.line, f"needs exactly one condition of {', '.join(CONDITIONS)}",
                             node=signal_id, field="condition")
     slope = conditions[0] == "slope_mb_per_min"
+    if slope != (series == "memory_mb"):
+        raise PlaybookError(path, item.line_of(conditions[0]), "memory_mb is judged by slope_mb_per_min, and "
+                            "slope_mb_per_min judges memory_mb only", node=signal_id, field=conditions[0])
+    if slope and "span_s" not in item:
+        raise PlaybookError(path, item.line, "a slope_mb_per_min signal needs span_s (the span the slope is fitted "
+                            "over)", node=signal_id, field="span_s")
     for key in ("span_s", "min_growth_mb", "over_own_slope"):
-        if (key in item) != slope or (key == "span_s" and slope and key not in item):
-            raise PlaybookError(path, item.line, f"{key} belongs to a slope_mb_per_min signal, which needs span_s",
+        if key in item and not slope:
+            raise PlaybookError(path, item.line_of(key), f"{key} belongs to a slope_mb_per_min signal",
                                 node=signal_id, field=key)
+    if conditions[0] == "rise_ratio" and isinstance(item.get("rise_ratio"), (int, float)) and item["rise_ratio"] <= 1:
+        raise PlaybookError(path, item.line_of("rise_ratio"), "must be above 1 (a ratio to the baseline)",
+                            node=signal_id, field="rise_ratio")
     from fieldguide.playbook.loader import find_playbook
 
     playbook = text_field(item, "playbook", path, signal_id)

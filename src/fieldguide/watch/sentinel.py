@@ -40,6 +40,7 @@ class Walking:
     done: threading.Event = field(default_factory=threading.Event)
     findings: Any = None
     error: str | None = None
+    abandoned: bool = False  # the watch ended while the walk was being set up: cancel it as soon as it exists
 
 
 def walk_session(playbook_id: str, target: Any) -> Any:
@@ -74,9 +75,11 @@ class Sentinel:
         self._findings: dict[float, Any] = {}  # a departure event's t -> its walk's findings
         self.departures = 0
         self.ended: str | None = None
+        self.failure: str | None = None  # the watch itself could not go on (said in its end event)
         self.stop_requested = threading.Event()
         self.lock = threading.Lock()  # the dashboard reads what tick() writes
-        self._walk_lock = threading.Lock()  # a walk's end is reported once (the loop, or stop() from the TUI)
+        # A walk's end is reported once (by the loop, or by stop() from the TUI), and before the end event.
+        self._walk_lock = threading.RLock()
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> str:
@@ -91,6 +94,9 @@ class Sentinel:
         except KeyboardInterrupt as interrupt:
             how = f"by {interrupt.args[0]}" if interrupt.args else "by the user (Ctrl-C)"
             self.finish(f"interrupted {how}")
+        except Exception as failure:  # said in the end event and by the front end, never a traceback
+            self.failure = f"{type(failure).__name__}: {failure}"
+            self.finish(f"the watch failed: {self.failure}")
         finally:
             self.source.close()
         return self.ended or ""
@@ -101,16 +107,23 @@ class Sentinel:
         self.stop_requested.set()
 
     def finish(self, why: str) -> None:
+        """End the watch once: a walk under way is cancelled, waited for and reported (partial),
+        then the end event."""
         with self.lock:
             if self.ended is not None:
                 return
             self.ended = why
-            walking = self.walking
-        if walking is not None and walking.session is not None and not walking.done.is_set():
-            walking.session.cancel(f"the watch ended ({why}) during the walk; the report is partial")
-            walking.done.wait(10)
+        walking = self.walking
+        if walking is not None:
+            walking.abandoned = True
+            session = walking.session
+            if session is not None and not walking.done.is_set():
+                session.cancel(f"the watch ended ({why}) during the walk; the report is partial")
+            if not walking.done.wait(15):
+                walking.error = walking.error or "the walk did not end within 15 s of the watch's end"
             self._walk_done(walking)
-        self.emit("end", why=why, departures=self.departures)
+        with self._walk_lock:  # a walk the loop is reporting right now is reported first
+            self.emit("end", why=why, departures=self.departures)
 
     def tick(self, now: float) -> None:
         """One poll: new points, then the phase's step."""
@@ -122,8 +135,9 @@ class Sentinel:
                 self.store.add_rank(rank, points)
             self.store.trim(now)
             self._advance(now, polled.steps_total)
-        if self.walking is not None and self.walking.done.is_set():
-            self._walk_done(self.walking)
+        walking = self.walking  # read once: stop() on another thread may collect it meanwhile
+        if walking is not None and walking.done.is_set():
+            self._walk_done(walking)
         if self.ended is None:
             self._check_end(now)
 
@@ -154,8 +168,10 @@ class Sentinel:
     def _check_end(self, now: float) -> None:
         if self.duration is not None and now - self.started >= self.duration:
             self.finish(f"watched for {self.duration:g} s")
-        elif not self.target.alive() and (self.walking is None or self.walking.done.is_set()):
-            self.finish(self.target.gone_reason() or "the job ended")
+        elif not self.source.job_alive():
+            walking = self.walking
+            if walking is None or walking.done.is_set():
+                self.finish(self.target.gone_reason() or "the job ended")
 
     # -- departures -----------------------------------------------------------------------------
     def signal(self, signal_id: str) -> Signal:
@@ -177,6 +193,8 @@ class Sentinel:
         def walk() -> None:
             try:
                 walking.session = self.session_factory(playbook, self.target)
+                if walking.abandoned:  # the watch ended while the session was being made
+                    walking.session.cancel("the watch ended before the walk began")
                 walking.findings = walking.session.run()
             except Exception as failure:  # the walk could not measure: said in the event, the watch goes on
                 walking.error = f"{type(failure).__name__}: {failure}"
@@ -190,19 +208,19 @@ class Sentinel:
             if self.walking is not walking:
                 return
             self.walking = None
-        findings = walking.findings
-        report = self._write_report(findings) if findings is not None else None
-        runner = getattr(walking.session, "runner", None)
-        if report is not None and runner is not None:  # its files are beside the report now
-            runner.discard_artifacts()
-        self.departures += 1
-        cause = (findings.first_departure or {}).get("cause") if findings is not None else None
-        event = self.emit("departure", detected_t=walking.detected_t, changed=walking.changed, playbook=walking.playbook,
-                  verdict=getattr(findings, "verdict", None), cause=cause,
-                  conclusion=getattr(findings, "conclusion", None), report=str(report) if report else None,
-                  walk_s=round(self.clock() - walking.started, 1), error=walking.error)
-        if findings is not None:
-            self._findings[event["t"]] = findings
+            findings = walking.findings
+            report = self._write_report(findings) if findings is not None else None
+            runner = getattr(walking.session, "runner", None)
+            if report is not None and runner is not None:  # its files are beside the report now
+                runner.discard_artifacts()
+            self.departures += 1
+            cause = (findings.first_departure or {}).get("cause") if findings is not None else None
+            event = self.emit("departure", detected_t=walking.detected_t, changed=walking.changed,
+                              playbook=walking.playbook, verdict=getattr(findings, "verdict", None), cause=cause,
+                              conclusion=getattr(findings, "conclusion", None), report=str(report) if report else None,
+                              walk_s=round(self.clock() - walking.started, 1), error=walking.error)
+            if findings is not None:
+                self._findings[event["t"]] = findings
         with self.lock:
             self._enter("settling", self.clock())
 
@@ -234,6 +252,10 @@ class Sentinel:
                 out.write(line + "\n")
         except OSError:
             pass  # the directory was checked at the start; a full disk must not end the watch
-        if self.on_event is not None:
-            self.on_event(event)
+        listener = self.on_event
+        if listener is not None:
+            try:
+                listener(event)
+            except OSError:  # stdout closed (`| head`): events.jsonl still has every event
+                self.on_event = None
         return event

@@ -2,9 +2,9 @@
 
 Launched: the agent's step stream (each step's time, and the part of it before the first
 forward: input) and its resident set once a second; nothing is armed. Attached: the resident
-set through psutil, and the input share from a sparse stack sample: a short py-spy window at a
-low rate every few seconds, non-blocking (the job is never paused). On a GPU, NVML's
-utilisation and the job's own device memory, in both modes.
+set through psutil, and the input share from a sparse stack sample: a 4 s py-spy window at 10
+samples a second every 8 s, of the main process only, non-blocking (the job is never paused).
+On a GPU, NVML's utilisation, GPM's SM activity and the job's own device memory, in both modes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from fieldguide.agent.inside.rows import RssRow, StepRow
 from fieldguide.watch.detect import MIN_POLLED, Point, SeriesShape
 
 MB = 2**20
-STACK_WINDOW_S = 5.0  # attached: each sparse stack window
+STACK_WINDOW_S = 4.0  # attached: each sparse stack window
+STACK_EVERY_S = 8.0  # one window begins this often (half the time sampled)
 STACK_RATE = 10  # samples a second in it (py-spy's default is 100)
 
 
@@ -53,12 +54,14 @@ class GpuReader:
         self.nvml: Any = None
         self.reason: str | None = None
         self.sm_reason: str | None = None
+        self.idle_reason: str | None = None  # NVML works, and the job holds no GPU (yet)
         self.gpm: dict[int, Any] = {}  # device -> the GPM sample begun at the last read
+        self.memory_on_gpu = False  # once the job holds device memory, its memory series stays that
 
     def read(self) -> GpuReading:
         if self.reason is not None:
             return GpuReading()
-        from fieldguide.host.nvml import Nvml, NvmlUnavailable
+        from fieldguide.host.nvml import Nvml, NvmlUnavailable, error_text
 
         if self.nvml is None:
             try:
@@ -66,7 +69,14 @@ class GpuReader:
             except NvmlUnavailable as err:
                 self.reason = str(err)
                 return GpuReading()
-        pids = self.pids()
+        try:
+            return self._read(self.pids())
+        except Exception as failure:  # a GPU lost (Xid 79), hidden, or the driver reloaded: said, not raised
+            self.reason = f"NVML stopped answering: {error_text(failure)}"
+            self.close()
+            return GpuReading()
+
+    def _read(self, pids: set[int]) -> GpuReading:
         utils, sms, used = [], [], 0
         for index in range(self.nvml.count()):
             held = self.nvml.compute_pids(index)
@@ -87,12 +97,14 @@ class GpuReader:
             self.gpm[index] = self.nvml.gpm_begin(index)
             if not self.gpm[index].ok:
                 self.sm_reason = self.gpm[index].reason
+        self.idle_reason = None if utils or used else "the job's processes hold no GPU (NVML lists none of them)"
         return GpuReading(util=sum(utils) / len(utils) if utils else None, memory_mb=used / MB if used else None,
                           sm_active=sum(sms) / len(sms) if sms else None)
 
     def missing(self) -> dict[str, str]:
-        if self.reason:
-            return {"gpu_util": self.reason, "sm_active": self.reason}
+        why = self.reason or self.idle_reason
+        if why:
+            return {"gpu_util": why, "sm_active": why}
         return {"sm_active": self.sm_reason} if self.sm_reason else {}
 
     def add_to(self, polled: Polled, now: float, memory: bool) -> bool:
@@ -103,9 +115,10 @@ class GpuReader:
         if reading.sm_active is not None:
             polled.add("sm_active", now, reading.sm_active)
         if memory and reading.memory_mb is not None:
+            self.memory_on_gpu = True
             polled.add("memory_mb", now, reading.memory_mb)
-            return True
-        return False
+        # Never a resident set in a series of device memory: one poll without the GPU's answer is skipped.
+        return self.memory_on_gpu
 
     def close(self) -> None:
         if self.nvml is not None:
@@ -134,16 +147,24 @@ class LaunchSource:
 
     def __init__(self, target: Any, gpu_module: Any | None = None) -> None:
         self.target = target
-        self.seen: dict[tuple[int, str], int] = {}  # (connection, stream) -> items taken
+        # (connection id, stream) -> (the connection, items taken): the connection is kept, so its id is not reused
+        self.seen: dict[tuple[int, str], tuple[Any, int]] = {}
         self.main: Any = None
-        self.gpu = GpuReader(lambda: job_pids(target.pid), gpu_module)
+        # The whole job's processes, from the launched process down (a launcher's ranks included).
+        self.gpu = GpuReader(lambda: job_pids(target.popen.pid), gpu_module)
+        self.gpu.read()  # NVML opened now: what it cannot measure is in the start event
 
     def _new(self, conn: Any, capability: str, name: str) -> list[Any]:
-        stream = conn.stream(capability, name)
+        total, items = self.target.agent.snapshot(conn, capability, name)
         key = (id(conn), f"{capability}.{name}")
-        fresh = stream.total - self.seen.get(key, 0)
-        self.seen[key] = stream.total
-        return list(stream.items)[-fresh:] if fresh > 0 else []
+        kept, taken = self.seen.get(key, (conn, 0))
+        fresh = total - (taken if kept is conn else 0)
+        self.seen[key] = (conn, total)
+        return items[-fresh:] if fresh > 0 else []
+
+    def job_alive(self) -> bool:
+        """The launched process (torchrun, a wrapper script): its ranks end before it does."""
+        return self.target.popen.poll() is None
 
     def poll(self, now: float) -> Polled:
         polled = Polled()
@@ -190,45 +211,55 @@ class AttachSource:
     of each sparse stack window (a thread runs them one after another)."""
 
     kind = "attach"
-    # No step is timed from outside; the input share comes once per stack window.
-    shape = SeriesShape(per_step=(), windows={"input_share": MIN_POLLED * STACK_WINDOW_S})
+    # No step is timed from outside; the input share comes once per stack window (a point every
+    # STACK_EVERY_S or a little more: the window holds at least MIN_POLLED of them).
+    shape = SeriesShape(per_step=(), windows={"input_share": (MIN_POLLED + 1) * STACK_EVERY_S}, gated_by=None)
 
     def __init__(self, target: Any, gpu_module: Any | None = None, stacks: bool = True) -> None:
+        from fieldguide.host.access import py_spy_path
+
         self.target = target
         self.gpu = GpuReader(lambda: job_pids(target.pid), gpu_module)
+        self.gpu.read()  # NVML opened now: what it cannot measure is in the start event
+        self.spy = py_spy_path()
         self._stack_points: list[Point] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.stack_reason: str | None = None
+        self.stack_reason: str | None = None if self.spy else "py-spy is not installed: no stack samples"
         self._thread: threading.Thread | None = None
-        if stacks:
+        if stacks and self.spy:
             self._thread = threading.Thread(target=self._stack_windows, name="fieldguide-watch-stacks", daemon=True)
             self._thread.start()
 
     def _stack_windows(self) -> None:
-        from fieldguide.host.access import py_spy_path
+        """A window every STACK_EVERY_S until closed or the job ends; a failed one is said and retried."""
+        while not self._stop.is_set() and self.target.alive():
+            started = time.monotonic()
+            try:
+                self._one_window()
+            except Exception as failure:  # a full /tmp, no more processes: said, and tried again
+                self.stack_reason = f"a stack window failed: {type(failure).__name__}: {failure}"
+            self._stop.wait(max(STACK_EVERY_S - (time.monotonic() - started), 0.5))
+
+    def _one_window(self) -> None:
         from fieldguide.probes.stacks import read_samples, record_stacks, stack_values
 
-        spy = py_spy_path()
-        if spy is None:
-            self.stack_reason = "py-spy is not installed: no stack samples, so no input share"
+        assert self.spy is not None
+        # The main process only: its share waiting for or making its batch is what is watched.
+        texts, errors, _ = record_stacks(self.spy, self.target.pid, STACK_WINDOW_S, STACK_RATE,
+                                         cancelled_wait=self._stop.wait, subprocesses=False)
+        ended = time.monotonic()
+        if not texts.get("all"):
+            said = (errors.get("all") or "").strip().splitlines()
+            self.stack_reason = f"py-spy wrote no samples{': ' + said[-1] if said else ''}"
             return
-        while not self._stop.is_set() and self.target.alive():
-            texts, errors, codes = record_stacks(spy, self.target.pid, STACK_WINDOW_S, STACK_RATE,
-                                                 cancelled_wait=self._stop.wait)
-            ended = time.monotonic()
-            if not texts.get("all"):
-                said = (errors.get("all") or "").strip().splitlines()
-                self.stack_reason = f"py-spy wrote no samples{': ' + said[-1] if said else ''}"
-                self._stop.wait(STACK_WINDOW_S)
-                continue
-            self.stack_reason = None
-            all_samples, active = read_samples(texts, self.target.pid)
-            values, _ = stack_values(all_samples, active)
-            share = values.get("data_wait_fraction")  # the main thread waiting for, or making, its batch
-            if share is not None:
-                with self._lock:
-                    self._stack_points.append((ended, float(share)))
+        self.stack_reason = None
+        all_samples, active = read_samples(texts, self.target.pid)
+        values, _ = stack_values(all_samples, active)
+        share = values.get("data_wait_fraction")  # the main thread waiting for, or making, its batch
+        if share is not None:
+            with self._lock:
+                self._stack_points.append((ended, float(share)))
 
     def poll(self, now: float) -> Polled:
         import psutil
@@ -245,6 +276,9 @@ class AttachSource:
                 pass
         return polled
 
+    def job_alive(self) -> bool:
+        return bool(self.target.alive())
+
     def missing(self) -> dict[str, str]:
         missing = {"step_ms": "attached: steps are timed by the agent of a launched job (watch -- CMD)",
                    **self.gpu.missing()}
@@ -255,5 +289,5 @@ class AttachSource:
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=STACK_WINDOW_S + 5)
+            self._thread.join(timeout=STACK_EVERY_S + 5)
         self.gpu.close()

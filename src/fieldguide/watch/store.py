@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from fieldguide.analysis.stats import median
 from fieldguide.watch.detect import Point
+from fieldguide.watch.rules import KEEP_S  # recent points kept for the checks and the learning
 
-KEEP_S = 600.0  # recent points kept for the checks and the learning (more than any window)
 HISTORY_BIN_S = 5.0  # the session's history: one median per bin
 
 
@@ -36,6 +36,8 @@ class SeriesStore:
     def _bin(self, key: str, history: list[Point], point: Point) -> None:
         start = point[0] - point[0] % HISTORY_BIN_S
         bin_start, values = self._open_bins.get(key, (start, []))
+        if start < bin_start:
+            return  # a late point (a stack window's): the checks have it; the history moved on
         if start != bin_start and values:
             history.append((bin_start + HISTORY_BIN_S / 2, median(values) or 0.0))
             values = []

@@ -1,5 +1,8 @@
 """`fieldguide watch` on a terminal: one screen, the sentinel's dashboard. Quitting stops the
-watch (a walk under way is cancelled and its partial report written) and ends a launched job."""
+watch (a walk under way is cancelled and its partial report written) and ends a launched job.
+
+The sentinel runs on a plain daemon thread, not a Textual worker: Textual waits for its workers
+on exit, and a watch runs until it is told to stop."""
 
 from __future__ import annotations
 
@@ -25,9 +28,24 @@ class WatchApp(App[int]):
         super().__init__()
         self.sentinel, self.target = sentinel, target
         self.closing = False
+        self.thread = threading.Thread(target=self._watch, name="fieldguide-sentinel", daemon=True)
 
     def on_mount(self) -> None:
-        self.push_screen(WatchScreen(self.sentinel))
+        screen = WatchScreen(self.sentinel)
+        self.push_screen(screen)
+        self.call_after_refresh(self.thread.start)  # once the screen listens for events
+
+    def _watch(self) -> None:
+        from fieldguide.frontends.tui.screens.watch import WatchEnded
+
+        try:
+            self.sentinel.run()
+        finally:
+            if isinstance(self.screen, WatchScreen):
+                self.screen.post_message(WatchEnded())
+
+    async def action_quit(self) -> None:  # ctrl+q, and anything else that asks the app to quit
+        self.action_shutdown()
 
     def action_shutdown(self) -> None:
         if self.closing:
@@ -54,6 +72,8 @@ def run_watch_app(sentinel: Any, target: Any) -> int:
         app.run()
     finally:
         sentinel.stop("the dashboard closed")
+        if app.thread.is_alive():
+            app.thread.join(timeout=30)  # the source's samplers stopped before the process leaves
         target.close()
     count = sentinel.departures
     print(f"fieldguide watch: {sentinel.ended}; {count} departure{'s' if count != 1 else ''}; events in "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Group, RenderableType
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -71,18 +71,13 @@ class WatchScreen(Screen[None]):
         table.add_column("events (Enter opens a departure)", key="line")
         self.redraw()
         self.set_interval(1.0, self.redraw)
-        self.run_sentinel()
 
-    @work(thread=True, exclusive=True, group="sentinel", exit_on_error=False)
-    def run_sentinel(self) -> None:
         def heard(event: dict[str, Any]) -> None:
             self.post_message(WatchEvent(event))
 
-        self.sentinel.on_event = heard
+        self.sentinel.on_event = heard  # the app runs the sentinel on its own thread (watchapp.py)
         for event in list(self.sentinel.events):  # emitted before the screen listened
             self.post_message(WatchEvent(event))
-        self.sentinel.run()
-        self.post_message(WatchEnded())
 
     @on(WatchEvent)
     def add_event(self, message: WatchEvent) -> None:
@@ -103,8 +98,9 @@ class WatchScreen(Screen[None]):
             return Text(f"ended: {s.ended} · {s.departures} departure(s) · reports in {s.report_dir}")
         since = s.clock() - s.started
         phase = PHASES.get(s.phase, s.phase)
-        if s.walking is not None:
-            phase = f"walking {s.walking.playbook} ({s.clock() - s.walking.started:.0f} s)"
+        walking = s.walking  # read once: the sentinel's thread may collect it meanwhile
+        if walking is not None:
+            phase = f"walking {walking.playbook} ({s.clock() - walking.started:.0f} s)"
         return Text(f"{since:,.0f} s · {phase} · {s.departures} departure(s) · reports in {s.report_dir}")
 
     def charts(self) -> RenderableType:
