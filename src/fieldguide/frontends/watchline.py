@@ -47,6 +47,18 @@ def value_text(series: str, value: float | None) -> str:
     return f"{value:.1f} ms"
 
 
+def level_text(series: str, value: float | None) -> str:
+    """A series' latest point (memory as a level in MB; its baseline is a slope)."""
+    if value is not None and series == "memory_mb":
+        return f"{value:.0f} MB"
+    return value_text(series, value)
+
+
+def slope_series(rules: Any) -> set[str]:
+    """The series whose baseline is a slope, not a level: no baseline line to draw."""
+    return {s.series for s in rules.signals if s.condition == "slope_mb_per_min"}
+
+
 def event_line(event: dict[str, Any]) -> str:
     """One event, one line: seconds since the watch started, what happened, the numbers."""
     kind, t = event["kind"], f"{event['t']:>6.0f}s"

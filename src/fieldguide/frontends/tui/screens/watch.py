@@ -17,23 +17,21 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from fieldguide.frontends.tui.widgets.watchchart import SeriesChart
-from fieldguide.frontends.watchline import SERIES_LABELS, event_line, value_text
+from fieldguide.frontends.watchline import (
+    SERIES_LABELS,
+    event_line,
+    level_text,
+    slope_series,
+    value_text,
+)
+from fieldguide.watch.rules import SERIES
 
 if TYPE_CHECKING:
     from fieldguide.watch.sentinel import Sentinel
 
-SERIES_ORDER = ("step_ms", "input_share", "memory_mb", "gpu_util", "sm_active")
 PHASES = {"waiting": "waiting for the first training steps", "warming": "warming up (not judged)",
           "learning": "learning the job's baseline", "watching": "watching", "walking": "walking a playbook",
           "settling": "settling after the walk"}
-
-
-def latest_text(series: str, value: float | None) -> str:
-    if value is None:
-        return "—"
-    if series == "memory_mb":
-        return f"{value:.0f} MB"
-    return value_text(series, value)
 
 
 class WatchEvent(Message):
@@ -107,25 +105,28 @@ class WatchScreen(Screen[None]):
         s = self.sentinel
         with s.lock:
             history = {k: [v for _, v in points] for k, points in s.store.history.items()}
-            latest = {k: s.store.latest(k) for k in SERIES_ORDER}
+            latest = {k: s.store.latest(k) for k in SERIES}
             ranks = {r: (points[-1][1] if points else None) for r, points in s.store.ranks.items()}
             baseline = dict(s.baseline)
         missing = s.source.missing()
+        slopes = slope_series(s.rules)
         parts: list[RenderableType] = []
-        for series in SERIES_ORDER:
+        said_missing: list[str] = []
+        for series in SERIES:
             label = SERIES_LABELS[series]
             if series not in history and series in missing:
-                if series == "sm_active" and missing.get("gpu_util") == missing[series]:
-                    continue  # no NVML at all: said once, on GPU busy
+                if missing[series] in said_missing:
+                    continue  # one reason for several series (no NVML at all): said once
+                said_missing.append(missing[series])
                 parts.append(Text(f"{label}: not measured here ({missing[series]})", style="dim"))
                 continue
             if series not in history:
                 continue
             base = baseline.get(series)
             said = f"baseline {value_text(series, base)}" if base is not None else "baseline: learning"
-            head = f"{label} {latest_text(series, latest.get(series))}  ({said})"
-            # memory's baseline is a slope: no level to draw
-            parts.append(SeriesChart(head, history[series], None if series == "memory_mb" else base))
+            head = f"{label} {level_text(series, latest.get(series))}  ({said})"
+            # a slope's baseline is no level on the chart
+            parts.append(SeriesChart(head, history[series], None if series in slopes else base))
         if ranks:
             known = {r: v for r, v in ranks.items() if v is not None}
             if known:
