@@ -196,3 +196,42 @@ def test_the_gpu_reader_reads_only_the_jobs_gpus_and_says_once_why_not() -> None
     assert absent.read().util is None and "Driver Not Loaded" in (absent.reason or "")
     assert absent.read().util is None  # said once, not tried again each second
     assert set(absent.missing()) == {"gpu_util", "sm_active"}
+
+
+def test_a_launched_source_takes_only_the_items_it_has_not_seen(monkeypatch) -> None:
+    import socket
+    import tempfile
+
+    from fieldguide.agent import channel
+    from fieldguide.agent.channel import AgentConnection, AgentServer
+    from fieldguide.watch.sources import LaunchSource
+
+    monkeypatch.setattr(channel, "MAX_STREAM_ITEMS", 5)
+    with tempfile.TemporaryDirectory(prefix="fg-") as short:  # a socket's path is short
+        server = AgentServer(Path(short))
+        ends = socket.socketpair()
+        try:
+            conn = AgentConnection(ends[0])
+            stream = conn.stream("loop", "steps")
+
+            def arrive(*items: int) -> None:
+                stream.items.extend(items)
+                stream.total += len(items)
+
+            source = LaunchSource.__new__(LaunchSource)
+            source.target, source.seen = SimpleNamespace(agent=server), {}
+            arrive(1, 2, 3)
+            assert source._new(conn, "loop", "steps") == [1, 2, 3]
+            assert source._new(conn, "loop", "steps") == []
+            arrive(4, 5, 6, 7)  # the deque keeps 5: 3..7
+            assert source._new(conn, "loop", "steps") == [4, 5, 6, 7]
+            arrive(*range(8, 20))  # more than it keeps arrived between two polls
+            assert source._new(conn, "loop", "steps") == [15, 16, 17, 18, 19]
+            other = AgentConnection(ends[1])  # a new connection starts from its first item
+            other.stream("loop", "steps").items.extend([41, 42])
+            other.stream("loop", "steps").total = 2
+            assert source._new(other, "loop", "steps") == [41, 42]
+        finally:
+            server.close()
+            for end in ends:
+                end.close()

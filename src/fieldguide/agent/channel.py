@@ -224,12 +224,16 @@ class AgentServer:
                 return chosen[0]
             return max(live, key=lambda c: (c.steps_total, -c.connected_at))
 
-    def snapshot(self, conn: AgentConnection, capability: str, name: str) -> tuple[int, list[Any]]:
-        """A stream's count of items ever received and the items kept, taken together (the reader
-        thread extends streams under this lock)."""
+    def snapshot(self, conn: AgentConnection, capability: str, name: str,
+                 since: int = 0) -> tuple[int, list[Any]]:
+        """A stream's count of items ever received and the items kept after the first `since`,
+        taken together (the reader thread extends streams under this lock). Only the new items
+        are copied: a watch polls every second for hours, and the stream keeps up to
+        MAX_STREAM_ITEMS."""
         with self._lock:
             stream = conn.stream(capability, name)
-            return stream.total, list(stream.items)
+            fresh = min(max(stream.total - since, 0), len(stream.items))
+            return stream.total, list(itertools.islice(reversed(stream.items), fresh))[::-1]
 
     def prefer(self, pid: int | None) -> None:
         """Measure this process from now on (a rank of the job), or None for the default."""

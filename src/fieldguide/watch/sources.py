@@ -155,12 +155,11 @@ class LaunchSource:
         self.gpu.read()  # NVML opened now: what it cannot measure is in the start event
 
     def _new(self, conn: Any, capability: str, name: str) -> list[Any]:
-        total, items = self.target.agent.snapshot(conn, capability, name)
         key = (id(conn), f"{capability}.{name}")
         kept, taken = self.seen.get(key, (conn, 0))
-        fresh = total - (taken if kept is conn else 0)
+        total, items = self.target.agent.snapshot(conn, capability, name, since=taken if kept is conn else 0)
         self.seen[key] = (conn, total)
-        return items[-fresh:] if fresh > 0 else []
+        return items
 
     def job_alive(self) -> bool:
         """The launched process (torchrun, a wrapper script): its ranks end before it does."""
