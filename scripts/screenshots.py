@@ -6,6 +6,8 @@ picker.svg     the target picker, listing a real torch job (the demo, started pl
 walk.svg       a walk in progress: the loop probe measuring, with its live readings
 departure.svg  the departure the walk stops at, with its evidence and field-guide page
 export.svg     the export dialog
+watch.svg      `fieldguide watch` on a job whose loader slows 60 s in: the dashboard after the
+               departure, its walk's cause in the events (about 2 minutes)
 
 Nothing is replayed or faked: the app is made by the same `make_app` the CLI uses, the
 target is launched with the agent, and the probes are the real ones (about 40 s in all).
@@ -31,6 +33,7 @@ from fieldguide.frontends.tui.procscan import ProcessScanner
 from fieldguide.frontends.tui.screens.departure import DepartureScreen
 from fieldguide.frontends.tui.screens.picker import PlaybookPicker, TargetPicker
 from fieldguide.frontends.tui.screens.walk import WalkScreen
+from fieldguide.workloads import changing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,13 +100,47 @@ async def shoot(out: Path, size: tuple[int, int], job: subprocess.Popen[bytes]) 
         app.close_targets()
 
 
+async def shoot_watch(out: Path, size: tuple[int, int]) -> None:
+    """The sentinel's dashboard, launched on a changing workload, once its walk named a cause."""
+    import tempfile
+
+    from fieldguide.frontends.tui.watchapp import WatchApp
+    from fieldguide.frontends.watchline import open_watch
+
+    os.environ.update(FIELDGUIDE_WORKLOAD_SECONDS="300", FIELDGUIDE_CHANGE_AFTER_S="60")
+    script = changing.path("loader_slows")
+    with tempfile.TemporaryDirectory(prefix="fg-shot-") as folder:
+        sentinel, target = open_watch(None, [sys.executable, str(script)], Path(folder), duration=None,
+                                      fmt="json", rules_file=None)
+        app = WatchApp(sentinel, target)
+        try:
+            async with app.run_test(size=size) as pilot:
+                def named() -> bool:
+                    return any(e.get("kind") == "departure" and e.get("cause") for e in sentinel.events)
+
+                await wait_for(pilot, named, 240, "the watch's departure and its cause")
+                await pilot.pause(2.0)  # the dashboard's next redraw
+                save(app, out, "watch")
+                sentinel.stop("screenshots taken")
+        finally:
+            sentinel.stop("screenshots taken")
+            if app.thread.is_alive():
+                app.thread.join(timeout=30)
+            target.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="100x32", help="terminal size, WIDTHxHEIGHT (default 100x32)")
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
+    parser.add_argument("--only", choices=("walk", "watch"), help="take one part's screenshots")
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.lower().split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.only != "walk":
+        asyncio.run(shoot_watch(args.out, (width, height)))
+    if args.only == "watch":
+        return 0
     job = start_plain_job()
     try:
         asyncio.run(shoot(args.out, (width, height), job))
