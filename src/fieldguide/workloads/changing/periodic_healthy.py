@@ -4,12 +4,12 @@ EVAL_EVERY steps (a few seconds with no training step), and a checkpoint written
 torch.save every SAVE_EVERY steps. Nothing changes at FIELDGUIDE_CHANGE_AFTER_S: the watch must
 take the rhythm for the job's own self and record no departure.
 
-Its samples are drawn afresh every epoch and labelled by a fixed teacher with some noise, so the
-loss settles and stays, as a real run's does. Subnormal floats are flushed to zero, as a GPU's
-kernels do at no cost: on this CPU, Adam's second moments of the weights of units that stopped
-learning decay into subnormal range after ~80,000 steps (0.999 a step), and each operation on
-them is slow. Unwatched, without the flush, the job's steps went from 3.5 ms to 8 ms over eight
-minutes, most of it in Adam.
+It stays the same job for as long as it runs: its samples are drawn afresh every epoch and
+labelled by a fixed teacher with some noise (the loss settles, as a real run's does), and GELU
+units never stop learning. With ReLU on a fixed random set, Adam's second moments of the weights
+of dead units decayed (0.999 a step) into subnormal floats after ~80,000 steps, slow on a CPU:
+unwatched, the job's steps went from 3.5 ms to 8 ms over eight minutes, most of it in Adam.
+Subnormals are also flushed to zero, as a GPU's kernels do at no cost.
 """
 import os
 import signal
@@ -36,14 +36,20 @@ def label(x, coin, noise):
 
 
 class Fresh(Dataset):
-    """N new samples an epoch: a worker's random generator is seeded anew for each epoch."""
+    """N new samples an epoch: a worker's random generator is seeded anew for each epoch. A
+    batch's samples are drawn together (the DataLoader asks `__getitems__` for a batch), so
+    the workers stay light beside the training process."""
 
     def __len__(self):
         return N
 
+    def __getitems__(self, indices):
+        n = len(indices)
+        x = torch.randn(n, DIM)
+        return list(zip(x, label(x, torch.rand(n), torch.randint(0, CLASSES, (n,))), strict=True))
+
     def __getitem__(self, i):
-        x = torch.randn(DIM)
-        return x, label(x, torch.rand(()), torch.randint(0, CLASSES, ()))
+        return self.__getitems__([i])[0]
 
 
 def held_out(n):
@@ -67,7 +73,7 @@ def main():
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)  # the one training thread: no subnormal slow path (see above)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    model = nn.Sequential(nn.Linear(DIM, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, CLASSES))
+    model = nn.Sequential(nn.Linear(DIM, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, CLASSES))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     train = DataLoader(Fresh(), batch_size=BATCH, shuffle=True, num_workers=2)  # workers anew each epoch
     val = DataLoader(held_out(N_VAL), batch_size=256)
