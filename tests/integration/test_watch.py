@@ -30,7 +30,7 @@ def quick_rules(folder: Path) -> Path:
     """The bundled rules with shorter warm-up, learning, windows and holds."""
     text = (ROOT / "playbooks" / "watch.yaml").read_text()
     for old, new in (("warmup_s: 20", "warmup_s: 3"), ("learn_s: 30", "learn_s: 15"), ("window_s: 10", "window_s: 5"),
-                     ("sustain_s: 15", "sustain_s: 8")):
+                     ("sustain_s: 15", "sustain_s: 8"), ("sustain_s: 30", "sustain_s: 12")):
         assert old in text, old
         text = text.replace(old, new)
     path = folder / "watch-quick.yaml"

@@ -121,7 +121,8 @@ def test_a_shift_is_one_event_with_its_walk_and_the_shifted_job_is_learned_anew(
     assert walked == ["slow-training"]
     departure = next(e for e in sentinel.events if e["kind"] == "departure")
     assert departure["cause"] == "input.waiting" and departure["report"] == str(tmp_path / "r.json")
-    assert 60 + 15 <= departure["detected_t"] <= 60 + 15 + RULES.window_s + 1
+    hold = next(s.sustain_s for s in RULES.signals if s.id == "step_time")
+    assert 60 + hold <= departure["detected_t"] <= 60 + hold + RULES.window_s + 1
     assert departure["changed"][0]["signal"] == "step_time" and departure["changed"][0]["baseline"] == 50.0
     learned = [e for e in sentinel.events if e["kind"] == "baseline"]
     assert learned[1]["baseline"]["step_ms"] == 80.0  # the shifted job is its new self
