@@ -159,7 +159,7 @@ class LaunchSource:
         kept, taken = self.seen.get(key, (conn, 0))
         total, items = self.target.agent.snapshot(conn, capability, name, since=taken if kept is conn else 0)
         self.seen[key] = (conn, total)
-        return items
+        return list(items)
 
     def job_alive(self) -> bool:
         """The launched process (torchrun, a wrapper script): its ranks end before it does."""
