@@ -121,7 +121,6 @@ async def shoot_watch(out: Path, size: tuple[int, int]) -> None:
                 await wait_for(pilot, named, 240, "the watch's departure and its cause")
                 await pilot.pause(2.0)  # the dashboard's next redraw
                 save(app, out, "watch")
-                sentinel.stop("screenshots taken")
         finally:
             sentinel.stop("screenshots taken")
             if app.thread.is_alive():

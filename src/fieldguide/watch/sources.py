@@ -157,9 +157,10 @@ class LaunchSource:
     def _new(self, conn: Any, capability: str, name: str) -> list[Any]:
         key = (id(conn), f"{capability}.{name}")
         kept, taken = self.seen.get(key, (conn, 0))
-        total, items = self.target.agent.snapshot(conn, capability, name, since=taken if kept is conn else 0)
-        self.seen[key] = (conn, total)
-        return list(items)
+        snapshot: tuple[int, list[Any]] = self.target.agent.snapshot(conn, capability, name,
+                                                                     since=taken if kept is conn else 0)
+        self.seen[key] = (conn, snapshot[0])
+        return snapshot[1]
 
     def job_alive(self) -> bool:
         """The launched process (torchrun, a wrapper script): its ranks end before it does."""
