@@ -28,6 +28,7 @@ CONTRACT_CAUSES = {
     "compile.recompiles", "compile.graph_breaks", "compile.slower", "dist.straggler", "dist.comm_bound",
     "dist.waits_on_remote_ranks",
     "dist.imbalance",
+    "host.loop_work",  # the loop's own work beside the step (issue 32)
 }
 
 TINY = """\
@@ -110,7 +111,7 @@ def test_slow_training_loads_with_its_nodes(slow_training):
     assert pb.id == "slow-training"
     assert pb.start == "target.trains"
     assert set(pb.nodes) == {"target.trains", "dist.ranks", "dist.uneven", "dist.remote", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait",
-                             "input.producer", "host.blocking-io", "host.overhead"}
+                             "input.producer", "host.blocking-io", "host.loop-work", "host.overhead"}
     assert "device.compute_bound" in pb.leaves
     assert pb.source is not None and pb.source.name == "slow-training.yaml"
 
@@ -129,7 +130,7 @@ def test_every_cause_the_playbook_names_has_a_full_page(slow_training):
     named = {e.target for n in slow_training.nodes.values() for e in (n.on_pass, n.on_depart, n.on_error)
              if e is not None and e.kind == "cause"}
     assert named == {"dist.straggler", "dist.imbalance", "dist.comm_bound", "dist.waits_on_remote_ranks", "host.debug_mode", "input.worker_startup", "input.waiting",
-                     "input.cpu_bound", "host.blocking_io", "host.overhead_bound"}
+                     "input.cpu_bound", "host.blocking_io", "host.loop_work", "host.overhead_bound"}
     assert named <= CONTRACT_CAUSES
     for cause_id in named:
         cause = slow_training.causes[cause_id]

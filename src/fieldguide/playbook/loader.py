@@ -29,7 +29,7 @@ from fieldguide.playbook.yamlread import LineDict
 
 __all__ = ["PlaybookError", "find_playbook", "list_playbooks", "load_causes", "load_playbook", "playbook_dirs"]
 
-NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error"}
+NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error", "share", "share_at"}
 PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm", "budget", "ready_timeout",
                    "torch_trace", "include", "local"}
 INCLUDE_FIELDS = {"playbook", "nodes", "continue"}
@@ -243,6 +243,8 @@ def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
             on_depart=_edge(raw["depart"], "depart", raw, path, node_id),
             on_error=_edge(raw["error"], "error", raw, path, node_id) if "error" in raw else None,
             line=raw.line,
+            share=_value_name(raw, "share", path, node_id),
+            share_at=_value_name(raw, "share_at", path, node_id),
         )
     includes = data.get("include") or []
     if not isinstance(includes, list):
@@ -361,6 +363,16 @@ def _included(spec: Any, data: LineDict, path: Path, including: _Including) -> d
             edges[key] = edge
         found[node_id] = replace(node, **edges)
     return found
+
+
+def _value_name(raw: LineDict, key: str, path: Path, node_id: str) -> str | None:
+    """A node's `share`/`share_at`: the name of a value one of its probes measures."""
+    if key not in raw:
+        return None
+    name = raw.get(key)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise PlaybookError(path, raw.line_of(key), "must be the name of a measured value", node=node_id, field=key)
+    return name
 
 
 def _prefetch(data: LineDict, nodes: dict[str, Node], path: Path) -> tuple[MeasureOption, ...]:

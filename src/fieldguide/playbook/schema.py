@@ -41,6 +41,11 @@ class Node:
     on_depart: Edge
     on_error: Edge | None = None
     line: int = 0
+    # The node measures one share of the step (`share`: the value that holds it, `share_at`: the
+    # value naming where it is spent). Its departure does not end the walk: the walk names the
+    # cause, goes on along the node's pass edge, and the largest departing share is named first.
+    share: str | None = None
+    share_at: str | None = None
 
 
 @dataclass(frozen=True)

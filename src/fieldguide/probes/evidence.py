@@ -73,6 +73,8 @@ TOP_WORKER_STACKS: EvidenceKind[list[StackShare]] = EvidenceKind(
 COLD_START: EvidenceKind[ColdStart] = EvidenceKind("cold_start", "the job's start, phase by phase", shown=True)
 TORCH_TRACE: EvidenceKind[str] = EvidenceKind("torch_trace", "where the job's TORCH_TRACE log went", shown=True)
 RANKS: EvidenceKind[list[RankRow]] = EvidenceKind("ranks", "each rank's step, own work and waits", shown=True)
+BUDGET: EvidenceKind[Rows] = EvidenceKind(
+    "budget", "the step budget: every share of the training thread's time, named (probes/step_budget.py)", shown=True)
 JOB: EvidenceKind[JobIdentity] = EvidenceKind(
     "job", "the multi-rank job the ranks belong to: its id, rendezvous and world size", shown=True)
 
@@ -118,13 +120,13 @@ ARTIFACTS: EvidenceKind[list[Artifact]] = EvidenceKind(
     "artifacts", "files left for the usual viewers (speedscope, Perfetto, tlparse, memory_viz)")
 
 KINDS: dict[str, EvidenceKind[Any]] = {kind.key: kind for kind in (
-    TABLE, TOP_STACKS, TOP_WORKER_STACKS, COLD_START, TORCH_TRACE, RANKS, JOB, STEP_MS, DATA_WAIT_MS, EPOCH_STARTS,
+    TABLE, BUDGET, TOP_STACKS, TOP_WORKER_STACKS, COLD_START, TORCH_TRACE, RANKS, JOB, STEP_MS, DATA_WAIT_MS, EPOCH_STARTS,
     INPUT_PHASE, MAIN_CATEGORIES, WORKER_CATEGORIES, SAMPLES, RSS_MB, MAIN_CPU_CORES, WORKER_CPU_CORES,
     PER_PROCESS_CORES, ROWS, RSS, CENSUS, GROWING, KEPT_BY, BREAKDOWN, MESSAGE, CUDA, LIMITS, GPU, GPU_USED, GPUS,
     DEVICES_FROM, STATE, TOP_OPS, CONFIG, FRAMES, REASONS, COMPILED_MS, EAGER_MS, TURNS, DEVICE_MS, HOST_MS, ARTIFACTS)}
 
 # What the stack sampler leaves (probes/stacks.stack_values), for every probe that passes it on.
-STACK_KINDS = (MAIN_CATEGORIES, WORKER_CATEGORIES, TOP_STACKS, TOP_WORKER_STACKS, ARTIFACTS)
+STACK_KINDS = (BUDGET, MAIN_CATEGORIES, WORKER_CATEGORIES, TOP_STACKS, TOP_WORKER_STACKS, ARTIFACTS)
 
 
 def undeclared(evidence: Mapping[str, Any], declared: tuple[EvidenceKind[Any], ...]) -> list[str]:

@@ -40,7 +40,8 @@ def input_stacks(reply: dict[str, Any], pid: int, source: Callable[[str, int], s
             continue
         leaf_file, leaf_line = str(stack[-1][1]), int(stack[-1][2])
         leaf_source = source(leaf_file, leaf_line) if not is_agent_file(leaf_file) else ""
+        lines = [int(line) if line else None for _, file, line in stack if not is_agent_file(str(file))]
         out.samples.append(ThreadSample(pid=pid, role="main", thread="MainThread", stack=frames, count=int(count),
                                         category=classify_main(frames, leaf_source, out.device),
-                                        leaf_line=leaf_line, leaf_source=leaf_source))
+                                        leaf_line=leaf_line, leaf_source=leaf_source, lines=lines))
     return out

@@ -17,6 +17,34 @@ from fieldguide.probes.base import ProbeContext, stack_window
 PERFETTO = "https://ui.perfetto.dev (Open trace file), or chrome://tracing"
 
 
+# Shares of the training thread the stack window names that are outside ops and not overhead: the
+# loop's own work, I/O, sleeps and waits, a loop's input without a DataLoader (whose time the profile
+# already leaves out).
+NAMED_OUTSIDE_OPS = ("loop_work_fraction", "io_fraction", "sleep_fraction", "lock_wait_fraction",
+                     "collective_fraction")
+
+
+def overhead_share(profile: dict[str, Any], window: dict[str, Any] | None) -> float:
+    """The share of the step that is overhead (dispatch, Python between ops). The agent's profile
+    reads ops over the model's step only (forward to update: `phase_fraction` of the time, from a
+    step's end to the next forward, is left out): its time outside ops, as a share of the whole step.
+    An agent that saw no phases: what is outside ops, less what the stack window names as something
+    else (the profile's shares are of the steps without the DataLoader's time; the window's of all)."""
+    op_time_fraction = float(profile["op_time_fraction"])
+    loader_fraction = float(profile.get("loader_fraction") or 0.0)
+    outside = 1.0 - op_time_fraction
+    phases = profile.get("phase_fraction")
+    if isinstance(phases, (int, float)):
+        waited = float(profile.get("ranks_wait_fraction") or 0.0)
+        return max(outside * (1.0 - float(phases) - waited), 0.0)
+    if not window:
+        return max(outside, 0.0)
+    named = sum(float(window.get(name) or 0.0) for name in NAMED_OUTSIDE_OPS)
+    if window.get("input_from") and window.get("input_from") != "DataLoader.__next__":
+        named += float(window.get("data_wait_fraction") or 0.0)
+    return max(outside - named / max(1.0 - loader_fraction, 0.05), 0.0)
+
+
 @register
 class OpProfile(AgentProbe):
     id = "torch.ops"
@@ -28,7 +56,7 @@ class OpProfile(AgentProbe):
               "profiled_steps": "", "profiled_step_ms": "ms", "loader_fraction": "fraction",
               "overhead_fraction": "fraction", "overhead_detail": "", "bookkeeping_fraction": "fraction",
               "ranks_wait_fraction": "fraction",
-              "bookkeeping_at": ""}
+              "bookkeeping_at": "", "anomaly_checks_per_step": "", "anomaly_check_fraction": "fraction"}
     # From the walk's stack window: how much of the overhead is a framework's own code, and where.
     BOOKKEEPING_SHOWN = 0.1
 
@@ -57,15 +85,26 @@ class OpProfile(AgentProbe):
             "loader_fraction": profile["loader_fraction"],
             "overhead_fraction": 1.0 - profile["op_time_fraction"],
             "ranks_wait_fraction": profile.get("ranks_wait_fraction"),
+            # Anomaly mode's NaN checks inside backward nodes (an agent older than the count: None).
+            "anomaly_checks_per_step": profile.get("anomaly_checks_per_step"),
+            "anomaly_check_fraction": profile.get("anomaly_check_fraction"),
         }
         window = stack_window(ctx)
+        values["overhead_fraction"] = overhead_share(profile, window)
         values["bookkeeping_fraction"] = window.get("bookkeeping_fraction") if window else None
         values["bookkeeping_at"] = window.get("bookkeeping_at") if window else None
         detail = (f"{values['ops_per_step']:.0f} ops a step with a median of {values['median_op_us']:.1f} µs; "
                   f"{values['op_time_fraction']:.0%} of step time inside ops")
+        phases = profile.get("phase_fraction")
+        if isinstance(phases, (int, float)) and phases > 0.01:
+            detail += (f" from the forward to the update; the {phases:.0%} from a step's end to the next forward "
+                       "(input, the loop's own work) is named in the step budget")
         if (values["bookkeeping_fraction"] or 0.0) >= self.BOOKKEEPING_SHOWN:
             detail += (f"; a framework's own code in {values['bookkeeping_fraction']:.0%} of the training thread's "
                        f"samples, most in {values['bookkeeping_at']}")
+        if values["anomaly_checks_per_step"]:
+            detail += (f"; anomaly mode is on: {values['anomaly_checks_per_step']:.0f} NaN checks a step inside "
+                       f"backward (isnan, _is_any_true), {values['anomaly_check_fraction'] or 0:.0%} of the time")
         values["overhead_detail"] = detail
         evidence: dict[str, Any] = {"top_ops": profile["top_ops"]}
         if profile.get("trace"):

@@ -278,6 +278,8 @@ class ThreadSample:
     # The innermost frame's line number, and the source of its statement when the probe read it.
     leaf_line: int | None = None
     leaf_source: str = ""
+    # Each frame's line, root first beside `stack` (empty where the sampler gave none).
+    lines: list[int | None] = field(default_factory=list)
 
 
 @dataclass

@@ -58,7 +58,9 @@ from fieldguide.probes.stack_categories import (
     summarize,
     uses_gpu,
 )
-from fieldguide.probes.step_cycle import input_call, input_samples
+from fieldguide.probes.loop_dataflow import LoopFlow, is_update_function
+from fieldguide.probes.step_budget import BudgetLine, flow_of, sample_budget, sample_part
+from fieldguide.probes.step_cycle import input_call, input_samples, loop_frame
 from fieldguide.probes.uncertainty import share_margin
 
 _PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")
@@ -107,6 +109,7 @@ def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
             name = m.group(2) or ("MainThread" if m.group(1) == str(pid) else m.group(1))
             thread, body = name, rest if sep else ""
         frames = []
+        lines: list[int | None] = []
         leaf_line = None
         for raw in body.split(";") if body else []:
             fm = _FRAME.match(raw)
@@ -115,8 +118,9 @@ def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
                 continue
             frames.append((fm.group(1), fm.group(2)) if fm else (raw, ""))
             leaf_line = int(fm.group(3)) if fm and fm.group(3) else None
+            lines.append(leaf_line)
         samples.append(ThreadSample(pid=pid, role="main" if pid == main_pid else "worker", thread=thread,
-                                    stack=frames, count=int(count_text), leaf_line=leaf_line))
+                                    stack=frames, count=int(count_text), leaf_line=leaf_line, lines=lines))
     return samples
 
 
@@ -165,6 +169,11 @@ class SourceReader:
             break
         self._files[file] = loaded
         return loaded
+
+    def text(self, file: str) -> str | None:
+        """The whole source of a file of the target's, or None when it cannot be read."""
+        loaded = self._load(file) if file else None
+        return "\n".join(loaded[0]) if loaded is not None else None
 
     def statement(self, file: str, line: int) -> str:
         """The source of the innermost statement at `line` (a compound statement's header only)."""
@@ -231,7 +240,7 @@ def io_caller(stack: list[Frame], leaf_line: int | None = None) -> str | None:
     return found[0] if found else None
 
 
-def io_site(samples: list[ThreadSample], loop: Frame | None = None) -> str | None:
+def io_site(samples: list[ThreadSample], loop: Frame | None = None, flow: LoopFlow | None = None) -> str | None:
     """Where the job's own code does its I/O: the innermost frame of its code in the main
     thread's I/O samples, the most common ("save_checkpoint (train.py)", or with the line when
     that frame is the blocked one: "log_metrics (train.py:88)"). Not the reads of the `loop`'s
@@ -239,7 +248,7 @@ def io_site(samples: list[ThreadSample], loop: Frame | None = None) -> str | Non
     sites: dict[str, int] = {}
     for s in samples:
         if s.role == "main" and s.thread == "MainThread" and s.category == IO \
-                and not (loop is not None and input_call(s, loop)):
+                and not (loop is not None and input_call(s, loop, flow)):
             site = io_caller(s.stack, s.leaf_line)
             if site:
                 sites[site] = sites.get(site, 0) + s.count
@@ -254,7 +263,8 @@ def framework_frame(stack: list[Frame]) -> str | None:
     return found[0] if found and found[1] else None
 
 
-def bookkeeping(all_samples: list[ThreadSample], loop: Frame | None) -> tuple[int, str | None]:
+def bookkeeping(all_samples: list[ThreadSample], loop: Frame | None,
+                flow: LoopFlow | None = None) -> tuple[int, str | None]:
     """Samples of the training thread in a framework's own code (not the model, the update, the
     input, I/O or a wait): a trainer's per-step bookkeeping. With the frames that cost most,
     "format_meter (tqdm) 31%, _ResultCollection.log (lightning) 22%" (shares of those samples)."""
@@ -262,7 +272,7 @@ def bookkeeping(all_samples: list[ThreadSample], loop: Frame | None) -> tuple[in
     for s in all_samples:
         if s.role != "main" or s.thread != "MainThread" or s.category != OTHER:
             continue
-        if loop is not None and input_call(s, loop):
+        if loop is not None and input_call(s, loop, flow):
             continue
         frame = framework_frame(s.stack)
         if frame:
@@ -283,6 +293,7 @@ MAIN_THREAD_SHARES = (
     "sleep_fraction", "lock_wait_fraction", "collective_fraction", "device_sync_fraction",
     "blocked_other_fraction", "anomaly_trace_fraction", "profiler_fraction", "forward_fraction",
     "backward_fraction", "optimizer_fraction", "compiling_fraction", "compiled_code_fraction",
+    "loop_work_fraction", "gc_fraction",
 )
 
 
@@ -293,14 +304,36 @@ def sample_margins(values: dict[str, Any]) -> dict[str, float]:
             if isinstance(values.get(name), (int, float)) and samples}
 
 
+def step_budget(main_all: list[ThreadSample], main_active: list[ThreadSample], loop: Frame | None,
+                flow: LoopFlow | None, reader: SourceReader | None) -> list[BudgetLine]:
+    """The training thread's samples as a step budget (probes/step_budget.py)."""
+    def is_update(file: str, func: str, line: int) -> bool:
+        text = reader.text(file) if reader is not None else None
+        return text is not None and is_update_function(text, func, line)
+
+    def fetches(sample: ThreadSample) -> bool:
+        return loop is not None and input_call(sample, loop, flow) is not None
+
+    return sample_budget(main_all, main_active,
+                         lambda s: sample_part(s, loop, flow, fetches, framework_frame, is_update))
+
+
 def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSample],
-                 alive_at_end: set[int] | None = None, device: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+                 alive_at_end: set[int] | None = None, device: bool = True,
+                 reader: SourceReader | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The named values and the evidence, from parsed samples of both samplers.
 
     `alive_at_end` holds the pids alive when sampling ended; a sampled worker not among
-    them was replaced mid-window (workers restarted each epoch).
+    them was replaced mid-window (workers restarted each epoch). `reader` reads the job's source
+    (the loop's, to tell what feeds the step from work beside it); by the main process's pid if None.
     """
     summary = summarize(all_samples, active_samples, device)
+    main_all = [x for x in all_samples if x.role == "main" and x.thread == "MainThread"]
+    main_active = [x for x in active_samples if x.role == "main" and x.thread == "MainThread"]
+    if reader is None and main_all:
+        reader = SourceReader(main_all[0].pid)
+    step_loop = loop_frame(main_all)
+    flow = flow_of(main_all, step_loop, reader.text) if reader is not None else None
     total = summary.main_total
     values: dict[str, Any] = {"samples": total, "workers_sampled": len(summary.worker_pids)}
     share = summary.main_share
@@ -329,9 +362,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     values["input_from"] = "DataLoader.__next__" if summary.main_all.get(DATA_WAIT, 0) + in_main else None
     if not (summary.main_all.get(DATA_WAIT, 0) + in_main + in_workers):
         # No DataLoader: the loop's own calls for its next batch (a generator, get_batch, a queue).
-        main_all = [x for x in all_samples if x.role == "main" and x.thread == "MainThread"]
-        main_active = [x for x in active_samples if x.role == "main" and x.thread == "MainThread"]
-        fetched = input_samples(main_all, main_active)
+        fetched = input_samples(main_all, main_active, flow)
         if fetched is not None and fetched.samples:
             values["data_wait_fraction"] = fetched.waiting_or_working / fetched.samples
             values["input_from"] = f"{fetched.call}, in the loop" if fetched.call else "no call for a batch in the loop"
@@ -341,7 +372,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
     values["producer"] = where
     values["producer_cpu_fraction"] = min(produce_active / produce_all, 1.0) if produce_all else None
     values["worker_producing_fraction"] = summary.worker_share(PRODUCE)
-    framework_samples, values["bookkeeping_at"] = bookkeeping(all_samples, loop)
+    framework_samples, values["bookkeeping_at"] = bookkeeping(all_samples, loop, flow)
     values["bookkeeping_fraction"] = framework_samples / total if total else None
     # What host.overhead departs on from outside, where ops cannot be profiled: the framework's share.
     values["overhead_fraction"] = values["bookkeeping_fraction"]
@@ -349,7 +380,7 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
                                  f"of its samples, most in {values['bookkeeping_at']}; ops are not profiled from "
                                  "outside" if framework_samples else None)
     values["io_fraction"] = max(summary.main_all.get(IO, 0) - io_reads, 0) / total if total else None
-    values["io_at"] = io_site(all_samples, loop)
+    values["io_at"] = io_site(all_samples, loop, flow)
     # Inside torch.save, which the agent times exactly in a launched job: what the samples need not estimate.
     saving = sum(x.count for x in all_samples if x.role == "main" and x.thread == "MainThread"
                  and any("torch/serialization.py" in f for _, f in x.stack))
@@ -375,7 +406,13 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
                          key=lambda s: -s.count)
     worker_stacks = sorted((s for s in all_samples if s.role == "worker" and s.thread == "MainThread"),
                            key=lambda s: -s.count)
+    lines = step_budget(main_all, main_active, step_loop, flow, reader)
+    own = [line for line in lines if line.part in ("loop_work", "gc")]
+    values["loop_work_fraction"] = sum(line.share for line in own) if total else None
+    values["loop_work_at"] = next((line.at for line in own if line.at), None)
+    values["gc_fraction"] = sum(line.share for line in lines if line.part == "gc") if total else None
     evidence = {
+        "budget": [line.to_json() for line in lines],
         "main_categories": {c: {"samples": n, "on_cpu": summary.main_active.get(c, 0)}
                             for c, n in sorted(summary.main_all.items(), key=lambda kv: -kv[1])},
         "worker_categories": {c: {"samples": n, "on_cpu": summary.worker_active.get(c, 0)}
@@ -473,6 +510,7 @@ class StackSample(Probe):
         "anomaly_trace_samples": "",
         "profiler_fraction": "fraction", "forward_fraction": "fraction", "backward_fraction": "fraction",
         "optimizer_fraction": "fraction", "compiling_fraction": "fraction", "compiled_code_fraction": "fraction",
+        "loop_work_fraction": "fraction", "loop_work_at": "", "gc_fraction": "fraction",
     }
 
     def run(self, ctx: ProbeContext, seconds: float = 6.0, rate: int = 20) -> Measurement:

@@ -17,6 +17,7 @@ import re
 import sys
 from dataclasses import dataclass
 
+from fieldguide.probes.loop_dataflow import LoopFlow
 from fieldguide.probes.stack_categories import (
     BACKWARD,
     FORWARD,
@@ -65,8 +66,10 @@ def loop_frame(samples: list[ThreadSample]) -> Frame | None:
     return seen.most_common(1)[0][0] if seen else None
 
 
-def input_call(sample: ThreadSample, loop: Frame) -> str | None:
-    """The call the loop makes for its next batch in this sample ("get_batch (train.py:116)"), or None."""
+def input_call(sample: ThreadSample, loop: Frame, flow: LoopFlow | None = None) -> str | None:
+    """The call the loop makes for its next batch in this sample ("get_batch (train.py:116)"), or None.
+    With the loop's `flow`, a call whose result the step never reads is not input: it is the loop's
+    own work beside the step (a metrics function, a callback)."""
     if loop not in sample.stack:
         return None
     if sample.category not in INPUT_CATEGORIES and not (sample.category == IO
@@ -77,6 +80,8 @@ def input_call(sample: ThreadSample, loop: Frame) -> str | None:
         return None  # in the loop's own line: its own work (a hand-written update, a print)
     callee = sample.stack[i + 1]
     if is_library(callee) and not any(q in callee[1] for q in _QUEUES):
+        return None
+    if flow is not None and flow.feeds(sample.lines[i] if i < len(sample.lines) else None) is False:
         return None
     return f"{callee[0]} ({os.path.basename(callee[1])})"
 
@@ -91,7 +96,8 @@ class InputSamples:
     loop: Frame  # the loop's own frame (input_call(sample, loop) says whether a sample fetches)
 
 
-def input_samples(all_main: list[ThreadSample], active_main: list[ThreadSample]) -> InputSamples | None:
+def input_samples(all_main: list[ThreadSample], active_main: list[ThreadSample],
+                  flow: LoopFlow | None = None) -> InputSamples | None:
     """Input samples of a loop with no DataLoader; None when no training loop is seen."""
     loop = loop_frame(all_main)
     if loop is None:
@@ -99,10 +105,10 @@ def input_samples(all_main: list[ThreadSample], active_main: list[ThreadSample])
     calls: collections.Counter[str] = collections.Counter()
     io_reads = 0
     for s in all_main:
-        call = input_call(s, loop)
+        call = input_call(s, loop, flow)
         if call:
             calls[call] += s.count
             io_reads += s.count if s.category == IO else 0
-    on_cpu = sum(s.count for s in active_main if input_call(s, loop))
+    on_cpu = sum(s.count for s in active_main if input_call(s, loop, flow))
     return InputSamples(samples=sum(s.count for s in all_main), waiting_or_working=sum(calls.values()),
                         on_cpu=on_cpu, io_reads=io_reads, loop=loop, call=calls.most_common(1)[0][0] if calls else None)

@@ -80,6 +80,41 @@ def found(f: Findings) -> list[Section]:
             Table(columns, tuple(tuple(Cell(format_value(r.get(c))) for c in columns) for r in rows))]
 
 
+BAR_WIDTH = 20  # characters of a budget line's bar at a share of 1
+NON_COMPUTE_LISTED = 0.10  # a share of the step outside the model's own work listed at this size or more
+
+
+def bar(share: float, width: int = BAR_WIDTH) -> str:
+    """A share as a bar of block characters (eighths), for a table cell in any format."""
+    eighths = max(0, min(round(share * width * 8), width * 8))
+    full, part = divmod(eighths, 8)
+    return "█" * full + ("▏▎▍▌▋▊▉"[part - 1] if part else "")
+
+
+@renders(ev.BUDGET, place=FINDING)
+def step_budget(f: Findings) -> list[Section]:
+    """Every share of the training thread's step, named: part, share ± margin, a bar, where. The
+    walk's budget (timed shares in place of sampled ones, launched), else a node's sampled one."""
+    rows = f.budget or f.first_of(ev.BUDGET) or []
+    if not rows:
+        return []
+    table = []
+    for row in rows:
+        share, margin = float(row.get("share") or 0.0), float(row.get("margin") or 0.0)
+        how = " (timed)" if row.get("timed") else ""
+        table.append((Cell(str(row.get("label") or row.get("part"))), Cell(f"{share:.0%} ± {margin:.0%}{how}"),
+                      Cell(bar(share)), Cell(str(row.get("at") or ""), code=bool(row.get("at"))),
+                      Cell("" if row.get("avoidable") is False else "yes")))
+    listed = [r for r in rows if r.get("avoidable") and float(r.get("share") or 0.0) >= NON_COMPUTE_LISTED]
+    said: list[Section] = []
+    if listed:
+        said = [Paragraph((Span("Outside the model's own work, 10% or more of the step: " + "; ".join(
+            f"{r.get('label')} {float(r['share']):.0%}" + (f" at {r['at']}" if r.get("at") else "")
+            for r in listed) + "."),))]
+    return [Heading(3, "Step budget: where the training thread's time goes"),
+            Table(("part", "share", "", "where", "avoidable"), tuple(table)), *said]
+
+
 @renders(ev.TORCH_TRACE, place=FINDING)
 def torch_trace(f: Findings) -> list[Section]:
     trace = f.first_of(ev.TORCH_TRACE)

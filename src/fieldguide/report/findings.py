@@ -88,7 +88,13 @@ def _target_redacted(target: dict[str, Any]) -> dict[str, Any]:
     return {**target, "cmdline": redact_argv([str(a) for a in cmdline])}
 
 
-class Departure(TypedDict):
+class _DepartureShare(TypedDict, total=False):
+    share: float  # the share of the step its node measured (the value `share_name`)
+    share_name: str
+    at: str  # where that share is spent
+
+
+class Departure(_DepartureShare):
     """The report's `first_departure`: where the walk departed, the cause and its page."""
 
     node: str
@@ -100,6 +106,19 @@ class Departure(TypedDict):
     why: str
     fix: list[str]
     verify: str
+
+
+class AlsoDeparting(TypedDict, total=False):
+    """Another departure the walk named: its node, cause and title, the share of the step it
+    measured (`share`, the value `share_name`), where that is spent (`at`), and its summary."""
+
+    node: str
+    cause: str
+    title: str
+    share: float | None
+    share_name: str | None
+    at: str | None
+    summary: str
 
 
 class PathStep(TypedDict, total=False):
@@ -187,6 +206,11 @@ class Findings:
     self_cpu_s: float | None = None
     # Files left for the usual viewers (report/artifacts.py): speedscope, Perfetto, tlparse.
     artifacts: list[Artifact] = field(default_factory=list)
+    # The other departures the walk named, largest share first (first_departure has the largest).
+    also_departing: list[AlsoDeparting] = field(default_factory=list)
+    # The step budget (probes/step_budget.py): each part of the training thread's time, its share
+    # and margin, where it is spent; largest first.
+    budget: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -225,6 +249,10 @@ class Findings:
             data["self_cpu_s"] = self.self_cpu_s
         if self.artifacts:
             data["artifacts"] = self.artifacts
+        if self.also_departing:
+            data["also_departing"] = self.also_departing
+        if self.budget:
+            data["budget"] = self.budget
         redacted: dict[str, Any] = redact_tree(data)
         return redacted
 
@@ -270,7 +298,9 @@ class Findings:
                    job=cast(JobIdentity, data["job"]) if isinstance(data.get("job"), dict) else None,
                    contention=dict(data.get("contention") or {}) if isinstance(data.get("contention"), dict) else {},
                    self_cpu_s=data.get("self_cpu_s") if isinstance(data.get("self_cpu_s"), (int, float)) else None,
-                   artifacts=_artifacts(data.get("artifacts")))
+                   artifacts=_artifacts(data.get("artifacts")),
+                   also_departing=[cast(AlsoDeparting, a) for a in _dicts(data.get("also_departing"), "cause")],
+                   budget=_dicts(data.get("budget"), "part", "share"))
 
     def redacted(self) -> Findings:
         """These findings as every view shows them: every secret-looking string redacted."""
@@ -351,6 +381,13 @@ def environment_from(measurement_values: dict[str, Any], gpus: list[dict[str, An
     }
 
 
+def _dicts(value: Any, *needed: str) -> list[dict[str, Any]]:
+    """A saved report's list of objects, those holding `needed` (anything else is passed over)."""
+    if not isinstance(value, list):
+        return []
+    return [dict(v) for v in value if isinstance(v, dict) and all(k in v for k in needed)]
+
+
 def _artifacts(value: Any) -> list[Artifact]:
     """A saved report's artifacts: those with a kind and a path (anything else is passed over)."""
     if not isinstance(value, list):
@@ -378,6 +415,8 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
             "why": d.cause.why,
             "fix": list(d.cause.fix),
             "verify": d.cause.verify,
+            **({"share": d.share, "share_name": d.share_name} if d.share is not None else {}),
+            **({"at": d.at} if d.at else {}),
         })
     evidence = {r.node: {"probe": r.probe, "provenance": r.measurement.provenance, **r.measurement.evidence,
                          "values": r.measurement.values,
@@ -388,7 +427,10 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
         note = f"{note}; {walk.caveat}" if note else walk.caveat
     target = dict(target)
     target["cmdline"] = redact_argv([str(a) for a in target.get("cmdline", [])])
+    also = [AlsoDeparting(node=d.node, cause=d.cause.id, title=d.cause.title, share=d.share, share_name=d.share_name,
+                          at=d.at, summary=d.summary) for d in walk.also] if walk.verdict == DEPARTURE else []
     return Findings(
+        also_departing=also,
         playbook=walk.playbook.id,
         playbook_title=walk.playbook.title,
         target=target,

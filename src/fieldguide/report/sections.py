@@ -73,7 +73,28 @@ def _departure(f: Findings) -> list[Section]:
             Paragraph((Span(str(dep["summary"])),)),
             _table(("measured", "value"), [cells(n, v) for n, v in f.formatted(dep["measured"])]),
             Paragraph((Span("Expected: "), code(dep["expected"]))),
-            FixPage(str(dep.get("why", "")), tuple(dep["fix"]), str(dep["verify"]))]
+            FixPage(str(dep.get("why", "")), tuple(dep["fix"]), str(dep["verify"])),
+            *also_departing(f)]
+
+
+def _share_text(share: object) -> str:
+    return f"{share:.0%}" if isinstance(share, (int, float)) and not isinstance(share, bool) else "—"
+
+
+def also_departing(f: Findings) -> list[Section]:
+    """The other departures the walk named, each with its share of the step and where it is spent;
+    the first departure, above, has the largest share."""
+    if not f.also_departing:
+        return []
+    dep = f.first_departure or {}
+    first = (f"The cause above has the largest share ({_share_text(dep.get('share'))}); "
+             if dep.get("share") is not None else "")
+    return [Heading(3, "Also departing"),
+            Paragraph((Span(first + "these departed too, smaller, each a cause of its own:"),)),
+            _table(("cause", "share", "where", "summary"),
+                   [[Cell(str(a["cause"]), code=True), Cell(_share_text(a.get("share"))),
+                     Cell(str(a.get("at") or ""), code=bool(a.get("at"))), Cell(str(a.get("summary", "")))]
+                    for a in f.also_departing])]
 
 
 
@@ -96,7 +117,7 @@ def _departure_brief(f: Findings) -> list[Section]:
         return [Heading(3, f"Healthy: {f.conclusion}"), Paragraph((Span(f.conclusion_text),))] if f.conclusion else []
     return [Heading(3, f"{dep['title']}  [{dep['cause']}]"), Paragraph((Span(str(dep["summary"])),)),
             Paragraph((Span("expected: "), code(dep["expected"]))),
-            FixPage("", tuple(dep["fix"]), str(dep["verify"]))]
+            FixPage("", tuple(dep["fix"]), str(dep["verify"])), *also_departing(f)]
 
 
 def brief(sections: list[Section], max_rows: int) -> list[Section]:

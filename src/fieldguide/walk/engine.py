@@ -51,6 +51,10 @@ class Departure:
     expected: str
     summary: str
     evidence: dict[str, Any]
+    # The share of the step the departed node measured (its `share` value), and where it is spent.
+    share: float | None = None
+    share_name: str | None = None
+    at: str | None = None
 
 
 # Two readings of one fraction further apart than this are worth a word in the node's note.
@@ -200,9 +204,16 @@ class Walk:
         self.path: list[NodeResult] = []
         self.current: str | None = playbook.start
         self.departure: Departure | None = None
+        # Every other departure the walk named (share nodes go on past theirs), largest share first.
+        self.also: list[Departure] = []
+        self._named: list[Departure] = []
         self.conclusion: str | None = None
         self.caveat: str = ""  # what a clean or inconclusive verdict does not cover, and why
         self._departed_at: NodeResult | None = None
+        # Where the walk goes on once the share node that departed has its cause (its pass edge).
+        self._resume: Edge | None = None
+        self._share_node: Node | None = None
+        self._unnamed: list[str] = []  # share nodes that departed and whose cause could not be named
 
     @property
     def finished(self) -> bool:
@@ -212,7 +223,7 @@ class Walk:
     def verdict(self) -> str:
         if self.departure is not None:
             return DEPARTURE
-        if self._departed_at is not None:
+        if self._departed_at is not None or self._unnamed:
             # A node departed, and the nodes after it named no cause: that is not clean.
             return INCONCLUSIVE
         # Clean only if every check on the way was measured (or honestly not applicable):
@@ -246,6 +257,8 @@ class Walk:
         self.path.append(result)
         if result.status == DEPART and self._departed_at is None:
             self._departed_at = result
+            if node.share and self._resume is None:
+                self._resume, self._share_node = node.on_pass, node
         if result.status == PASS:
             edge = node.on_pass
         elif result.status == DEPART:
@@ -256,14 +269,35 @@ class Walk:
                 return result
         else:
             edge = node.on_error or node.on_pass
-            if edge.kind == "stop":
-                self._stop_inconclusive(f"{edge.target}: {result.note}")
-                return result
-            if edge.kind != "node" and edge.kind != "leaf":
-                self._stop_inconclusive(f"{node.id} could not decide the cause: {result.note}")
+            if edge.kind == "stop" or (edge.kind != "node" and edge.kind != "leaf"):
+                why = f"{edge.target}: {result.note}" if edge.kind == "stop" else \
+                    f"{node.id} could not decide the cause: {result.note}"
+                if self._resume is not None:  # a share departed and its cause is unknown: survey on
+                    self._unnamed.append(why)
+                    self._go_on()
+                    return result
+                self._stop_inconclusive(why)
                 return result
         self._follow(edge)
         return result
+
+    def _go_on(self) -> None:
+        """Past a share node's departure (named or not): on along its pass edge, as if it passed."""
+        edge = self._resume
+        assert edge is not None
+        self._resume, self._share_node, self._departed_at = None, None, None
+        self._follow(edge)
+
+    def _finish(self) -> None:
+        """The walk is over with departures named: the largest share first, the others after it.
+        A departure of a node that measures no share (a switch, a straggler) ends the walk and comes first."""
+        best: dict[str, Departure] = {}  # one departure per cause: the larger share of two
+        for d in self._named:
+            if d.cause.id not in best or (d.share or 0.0) > (best[d.cause.id].share or 0.0):
+                best[d.cause.id] = d
+        ranked = sorted(best.values(), key=lambda d: -1.0 if d.share is None else -d.share)
+        self.departure, self.also = ranked[0], ranked[1:]
+        self.current = None
 
     def run(self, on_result: Callable[[NodeResult], None] | None = None,
             stop: Callable[[], bool] = lambda: False) -> None:
@@ -282,6 +316,9 @@ class Walk:
             self.current = edge.target
             return
         self.current = None
+        if edge.kind == "leaf" and self._named:
+            self._finish()  # the shares that departed are the verdict, not the leaf past them
+            return
         if edge.kind == "leaf":
             self.conclusion = edge.target
             errors = [r for r in self.path if r.status == ERROR]
@@ -293,6 +330,8 @@ class Walk:
             if self._departed_at is not None:
                 self.caveat = (f"{self._departed_at.node} departed from its expectation "
                                f"({self._departed_at.expected}), but the nodes after it named no cause")
+            elif self._unnamed:
+                self.caveat = "a share of the step departed, but its cause was not named: " + "; ".join(self._unnamed)
             elif errors:
                 self.caveat = "could not measure " + "; ".join(f"{r.node} ({r.note})" for r in errors)
             elif undecided:
@@ -320,5 +359,15 @@ class Walk:
                 evidence[r.node] = r.measurement.evidence
         expected = " ; ".join(r.expected for r in self.path[start:] if r.expected)
         summary = render_template(edge.summary or cause.summary, values)
-        self.departure = Departure(node=where.node, cause=cause, measured=measured, expected=expected,
-                                   summary=summary, evidence=evidence)
+        share_node = self._share_node
+        share = values.get(share_node.share) if share_node is not None and share_node.share else None
+        at = values.get(share_node.share_at) if share_node is not None and share_node.share_at else None
+        self._named.append(Departure(
+            node=where.node, cause=cause, measured=measured, expected=expected, summary=summary, evidence=evidence,
+            share=float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else None,
+            share_name=share_node.share if share_node is not None else None,
+            at=str(at) if at else None))
+        if self._resume is not None:  # a share node's cause: the survey goes on past it
+            self._go_on()
+            return
+        self._finish()

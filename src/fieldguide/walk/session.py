@@ -21,6 +21,7 @@ from fieldguide.playbook import Playbook
 from fieldguide.probes.contention import describe, summarize
 from fieldguide.probes.evidence import JOB, RANKS
 from fieldguide.report.artifacts import gather
+from fieldguide.probes.step_budget import walk_budget
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
 from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
 from fieldguide.walk.engine import NodeResult, Walk
@@ -162,6 +163,7 @@ class Session:
         findings.ranks = list(ranks) if ranks else []
         findings.job = findings.first_of(JOB)
         findings.cold_start = self.cold_start()
+        findings.budget = walk_budget([(key[0], m) for key, m in self.runner.measured()])
         findings.contention = summarize(self.runner.windows)
         findings.self_cpu_s = round(own_cpu_seconds() - self._cpu_at_start, 2)
         # Every window the walk took leaves its files, those no node's evidence carries included

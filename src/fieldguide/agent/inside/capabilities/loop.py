@@ -117,6 +117,8 @@ class LoopTiming(Capability):
         self.phase_t: float | None = None  # wall time the phase began, None outside one
         self.phase_cpu = 0.0
         self.phases_seen = 0
+        # Seconds spent in input phases since the start (the op profile takes them out of its steps).
+        self.phases_total_s = 0.0
         self.outer_modules: dict[int, Any] = {}
         self.global_hook: Any = None
         self.global_end_hook: Any = None
@@ -184,7 +186,9 @@ class LoopTiming(Capability):
                     if self.forwards_total >= SERVING_FORWARDS:
                         self.stop_discovery()  # forwards and never a backward: serving, not training
                 return
-            self.input_s += time.monotonic() - self.phase_t
+            spent = time.monotonic() - self.phase_t
+            self.input_s += spent
+            self.phases_total_s += spent
             self.input_cpu += time.thread_time() - self.phase_cpu
             self.phase_t = None
             self.forwards += 1

@@ -28,6 +28,8 @@ class OpProfile(Capability):
         self.steps_left = 0
         self.t0 = 0.0
         self.waited_at_start = 0.0
+        self.phases_at_start: float | None = None
+        self.anomaly_seen: dict[str, Any] | None = None  # the last profile's NaN checks (torchstate reads it)
 
     def on_request(self, name: str, request_id: Any, params: dict[str, Any]) -> None:
         with self.lock:
@@ -87,12 +89,16 @@ class OpProfile(Capability):
             return
         self.profiler, self.profiled, self.steps_left, self.t0 = profiler, request, request["steps"], time.monotonic()
         self.waited_at_start = self.ranks_waited()
+        self.phases_at_start = self.phases_spent()
 
     def end(self) -> None:
         profiler, self.profiler = self.profiler, None
         self.agent.remove_step_listener(self)
         wall = time.monotonic() - self.t0
         waited = max(self.ranks_waited() - self.waited_at_start, 0.0)
+        phases = self.phases_spent()
+        phased = max(phases - self.phases_at_start, 0.0) if phases is not None and self.phases_at_start is not None \
+            else None
         request = self.profiled
         try:
             profiler.__exit__(None, None, None)
@@ -100,7 +106,17 @@ class OpProfile(Capability):
             self.agent.fail(request["id"], f"torch.profiler failed: {err!r}")
             return
         # Reading the events is slow: do it off the training thread.
-        threading.Thread(target=self.send_profile, args=(profiler, request, wall, waited), daemon=True).start()
+        threading.Thread(target=self.send_profile, args=(profiler, request, wall, waited, phased),
+                         daemon=True).start()
+
+    def phases_spent(self) -> float | None:
+        """Seconds the training thread has spent between a step's end and the next forward so far
+        (the loop capability's running total: input, and whatever the loop does beside the step);
+        None when no forward hook has ended a phase."""
+        loop = self.agent.capabilities.get("loop")
+        if loop is None or not getattr(loop, "phases_seen", 0):
+            return None
+        return float(getattr(loop, "phases_total_s", 0.0) or 0.0)
 
     def ranks_waited(self) -> float:
         """Seconds the training thread has waited for the other ranks of a multi-rank job so far
@@ -108,12 +124,14 @@ class OpProfile(Capability):
         collectives = self.agent.capabilities.get("collectives")
         return float(getattr(collectives, "waited_total_s", 0.0) or 0.0)
 
-    def send_profile(self, profiler: Any, request: dict[str, Any], wall: float, waited: float = 0.0) -> None:
+    def send_profile(self, profiler: Any, request: dict[str, Any], wall: float, waited: float = 0.0,
+                     phased: float | None = None) -> None:
         try:
-            profile = summarize_profile(profiler, request["steps"], wall, waited)
+            profile = summarize_profile(profiler, request["steps"], wall, waited, phased)
         except Exception as err:
             self.agent.fail(request["id"], f"could not read the profile: {err!r}")
             return
+        self.anomaly_seen = anomaly_seen(profile)
         if request.get("trace"):
             try:
                 profiler.export_chrome_trace(request["trace"])
@@ -124,6 +142,19 @@ class OpProfile(Capability):
 
 
 COMPILED_REGION = "Torch-Compiled Region:"
+# Anomaly mode checks every gradient a backward node makes for NaNs: `isnan`, then `_is_any_true`,
+# run by the engine inside the node's own event. The job's own NaN checks run outside backward.
+BACKWARD_NODE = "autograd::engine::evaluate_function"
+ANOMALY_CHECK, ANOMALY_ANY = "aten::isnan", "aten::_is_any_true"
+
+
+def anomaly_seen(profile: dict[str, Any]) -> dict[str, Any] | None:
+    """What a profile saw of anomaly mode, kept for torchstate's answer; None: no NaN checks."""
+    if not profile.get("anomaly_checks_per_step"):
+        return None
+    seen = {key: profile.get(key) for key in ("anomaly_checks_per_step", "anomaly_check_fraction", "steps")}
+    seen["t"] = time.monotonic()
+    return seen
 
 
 class DeviceActivity:
@@ -163,19 +194,23 @@ class DeviceActivity:
                 "copy_fraction": min(self.copy_us / wall_us, 1.0)}
 
 
-def summarize_profile(profiler: Any, steps: int, wall: float, ranks_waited: float = 0.0) -> dict[str, Any]:
+def summarize_profile(profiler: Any, steps: int, wall: float, ranks_waited: float = 0.0,
+                      phased: float | None = None) -> dict[str, Any]:
     """Ops per step, median op time, and the share of step time inside ops.
 
     "Ops" are the outermost aten:: calls (an op's own children are part of it);
     DataLoader time is taken out of the wall time so that input waits do not
     read as framework overhead; so is `ranks_waited`, the seconds the training thread
-    waited in collectives for the other ranks of a multi-rank job.
+    waited in collectives for the other ranks of a multi-rank job, and `phased`, the seconds
+    from each step's end to the next forward (input, and the loop's own work beside the step,
+    which the step budget names apart): what is left is the model's step, forward to update.
     """
     outer: list[tuple[str, float]] = []
     regions: dict[str, int] = {}  # compiled graphs run, by compile id ("1/0"): breaks show here
     device = DeviceActivity()
     loader_us = 0.0
     device_us = 0.0
+    anomaly_checks, anomaly_us = 0, 0.0
     for event in profiler.events():
         name = event.name
         if name.startswith(COMPILED_REGION):
@@ -193,19 +228,28 @@ def summarize_profile(profiler: Any, steps: int, wall: float, ranks_waited: floa
         if not name.startswith("aten::"):
             continue
         parent = event.cpu_parent
-        nested = False
+        nested = in_backward = False
         while parent is not None:
             # Inside another op, or inside the DataLoader (collate, a num_workers=0 dataset):
             # loader time is taken out of the wall time, so its ops must not count either.
             if parent.name.startswith(("aten::", "enumerate(DataLoader)")):
                 nested = True
                 break
+            in_backward = in_backward or parent.name.startswith(BACKWARD_NODE)
             parent = parent.cpu_parent
         if not nested:
             outer.append((name, event.cpu_time_total))
+            if in_backward and name == ANOMALY_CHECK:
+                anomaly_checks += 1
+                anomaly_us += event.cpu_time_total
+                continue
+            if in_backward and name == ANOMALY_ANY:
+                anomaly_us += event.cpu_time_total
     durations = sorted(d for _, d in outer)
     op_us = sum(durations)
-    compute_wall_us = max(wall * 1e6 - loader_us - ranks_waited * 1e6, 1.0)
+    phase_us = (phased or 0.0) * 1e6
+    # The DataLoader's wait happens inside the input phase: the larger of the two is taken out.
+    compute_wall_us = max(wall * 1e6 - max(loader_us, phase_us) - ranks_waited * 1e6, 1.0)
     by_name: dict[str, tuple[float, int]] = {}
     for name, d in outer:
         total, count = by_name.get(name, (0.0, 0))
@@ -219,9 +263,13 @@ def summarize_profile(profiler: Any, steps: int, wall: float, ranks_waited: floa
         "median_op_us": durations[len(durations) // 2] if durations else None,
         "op_time_fraction": min(op_us / compute_wall_us, 1.0),
         "loader_fraction": min(loader_us / max(wall * 1e6, 1.0), 1.0),
+        "phase_fraction": None if phased is None else min(max(loader_us, phase_us) / max(wall * 1e6, 1.0), 1.0),
         "ranks_wait_fraction": min(ranks_waited * 1e6 / max(wall * 1e6, 1.0), 1.0),
         "device_time_us": device_us or None,
         "compiled_regions": regions,
+        # NaN checks inside backward nodes: anomaly mode's own ops, and their share of the window.
+        "anomaly_checks_per_step": anomaly_checks / max(steps, 1),
+        "anomaly_check_fraction": min(anomaly_us / compute_wall_us, 1.0),
         **device.summary(steps, wall),
         "top_ops": [{"op": n, "total_us": round(t, 1), "count": c} for n, (t, c) in top],
     }

@@ -39,7 +39,7 @@ from fieldguide.measurement import format_value
 from fieldguide.report.charts import series_groups
 from fieldguide.report.evidence_sections import FINDING, evidence_sections
 from fieldguide.report.section_types import FixPage
-from fieldguide.report.sections import brief
+from fieldguide.report.sections import also_departing, brief
 from fieldguide.report.summary import FOUND_ROWS
 from fieldguide.report.terminal import TimelineBar, renderables
 from fieldguide.report.timeline import cold_start_of
@@ -204,6 +204,7 @@ class DepartureScreen(Screen[None]):
         if measured:
             parts += timeline
         parts += self._rows()
+        parts += renderables(also_departing(self.findings))
         series = self._series()
         if series:
             parts += [Text(""), *series]
