@@ -126,7 +126,7 @@ def _function(tree: ast.AST, name: str, line: int) -> ast.AST | None:
 class LoopFlow:
     """The statements of one loop function, and which of them feed the step."""
 
-    def __init__(self, statements: list[_Statement], sink_lines: set[int], params: set[str] = frozenset()):
+    def __init__(self, statements: list[_Statement], sink_lines: set[int], params: frozenset[str] | set[str] = frozenset()):
         self.statements = statements
         # A method call changes its receiver when the receiver is the function's own (a local, a
         # parameter, self): `torch.save(...)` or `gc.collect()` change no value the step reads.
@@ -211,7 +211,10 @@ def _update_spans(blocks: list[list[ast.stmt]], sink_lines: set[int]) -> list[tu
             continue
         first, last = block[0].lineno, max(s.end_lineno or s.lineno for s in block)
         if any(first <= line <= last for line in sink_lines):
-            spans.extend((s.lineno, s.end_lineno or s.lineno) for s in block if _is_update([s]))
+            # Statements of it that update, those holding the step's lines excepted (their own
+            # blocks are looked at apart): the loop itself is no update.
+            spans.extend((s.lineno, s.end_lineno or s.lineno) for s in block if _is_update([s])
+                         and not any(s.lineno <= line <= (s.end_lineno or s.lineno) for line in sink_lines))
         else:
             spans.append((first, last))
     return spans

@@ -136,7 +136,7 @@ def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlo
     if sample.stack and sc.in_torch(leaf_file) and not sc.is_stdlib(leaf_file):
         return Place("ops", None)
     i = _loop_index(sample, loop) if loop is not None else None
-    if i is None:
+    if i is None or loop is None:
         user = _innermost_user(sample)
         return Place("other", user)
     line = _line(sample, i)

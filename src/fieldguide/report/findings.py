@@ -415,9 +415,11 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
             "why": d.cause.why,
             "fix": list(d.cause.fix),
             "verify": d.cause.verify,
-            **({"share": d.share, "share_name": d.share_name} if d.share is not None else {}),
-            **({"at": d.at} if d.at else {}),
         })
+        if d.share is not None and d.share_name:
+            departure["share"], departure["share_name"] = d.share, d.share_name
+        if d.at:
+            departure["at"] = d.at
     evidence = {r.node: {"probe": r.probe, "provenance": r.measurement.provenance, **r.measurement.evidence,
                          "values": r.measurement.values,
                          **({"margins": r.measurement.margins} if r.measurement.margins else {})}

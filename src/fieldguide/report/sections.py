@@ -86,7 +86,7 @@ def also_departing(f: Findings) -> list[Section]:
     the first departure, above, has the largest share."""
     if not f.also_departing:
         return []
-    dep = f.first_departure or {}
+    dep: dict[str, Any] = dict(f.first_departure or {})
     first = (f"The cause above has the largest share ({_share_text(dep.get('share'))}); "
              if dep.get("share") is not None else "")
     return [Heading(3, "Also departing"),

@@ -20,8 +20,8 @@ from fieldguide.host.samplers import own_cpu_seconds
 from fieldguide.playbook import Playbook
 from fieldguide.probes.contention import describe, summarize
 from fieldguide.probes.evidence import JOB, RANKS
-from fieldguide.report.artifacts import gather
 from fieldguide.probes.step_budget import walk_budget
+from fieldguide.report.artifacts import gather
 from fieldguide.report.findings import Findings, environment_from, findings_from_walk
 from fieldguide.targets import AttachTarget, LaunchTarget, LocalTarget, Target
 from fieldguide.walk.engine import NodeResult, Walk
