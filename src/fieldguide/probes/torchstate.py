@@ -16,11 +16,38 @@ from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
 SYNC_DEBUG_NAMES = {0: "default", 1: "warn", 2: "error"}
 
 
+# Not a judgement: how old an op profile's NaN checks may be and still speak for the job now.
+OP_PROFILE_FRESH_S = 300.0
+
+
+def anomaly_evidence(state: dict[str, Any]) -> list[str]:
+    """Each way anomaly mode was seen on, described: at the step boundary, while backwards ran,
+    by the NaN checks it adds to backward in an op profile. Empty: seen off everywhere it was read."""
+    seen = []
+    if state.get("anomaly_detection"):
+        seen.append("on at the step boundary")
+    window = state.get("during_backward") or {}
+    if window.get("anomaly"):
+        seen.append(f"on in {window['anomaly']} of {window.get('backwards')} backwards as each began")
+    checks = state.get("op_profile") or {}
+    if checks.get("anomaly_checks_per_step") and (checks.get("age_s") or 0.0) <= OP_PROFILE_FRESH_S:
+        seen.append(f"{checks['anomaly_checks_per_step']:.0f} NaN checks (isnan, _is_any_true) a step inside "
+                    f"backward in an op profile ({checks.get('anomaly_check_fraction') or 0:.0%} of its time)")
+    return seen
+
+
 def debug_values(state: dict[str, Any]) -> dict[str, Any]:
     sync = state.get("sync_debug_mode")
+    window = state.get("during_backward") or {}
+    anomaly = anomaly_evidence(state)
+    profiler_seen = [where for where, on in (("at the step boundary", state.get("autograd_profiler")),
+                                             (f"in {window.get('profiler')} of {window.get('backwards')} backwards",
+                                              window.get("profiler"))) if on]
     values = {
-        "anomaly_detection": state.get("anomaly_detection"),
-        "autograd_profiler": state.get("autograd_profiler"),
+        # On while the job trained, however it was seen; None where the switch could not be read.
+        "anomaly_detection": bool(anomaly) if anomaly or state.get("anomaly_detection") is not None else None,
+        "autograd_profiler": bool(profiler_seen) if profiler_seen or state.get("autograd_profiler") is not None
+        else None,
         "sync_debug_mode": SYNC_DEBUG_NAMES.get(sync, sync) if sync is not None else "n/a (CUDA not initialized)",
         "sync_debug_on": bool(sync),
         "cuda_launch_blocking": bool(state.get("cuda_launch_blocking")),
@@ -28,6 +55,9 @@ def debug_values(state: dict[str, Any]) -> dict[str, Any]:
         "torch": state.get("torch"),
         "cuda": state.get("cuda"),
         "num_threads": state.get("num_threads"),
+        "backwards_read": window.get("backwards"),
+        "anomaly_seen": "; ".join(anomaly) or "off",
+        "profiler_seen": "; ".join(profiler_seen) or "off",
     }
     on = [k for k in ("anomaly_detection", "autograd_profiler", "sync_debug_on", "cuda_launch_blocking") if values[k]]
     values["debug_switches_on"] = len(on)
@@ -45,7 +75,8 @@ class TorchFlags(AgentProbe):
     params = {"timeout": 10.0}
     values = {"anomaly_detection": "", "autograd_profiler": "", "sync_debug_mode": "", "sync_debug_on": "",
               "cuda_launch_blocking": "", "deterministic_algorithms": "", "torch": "", "cuda": "",
-              "num_threads": "", "debug_switches_on": "", "debug_switches": ""}
+              "num_threads": "", "debug_switches_on": "", "debug_switches": "", "backwards_read": "",
+              "anomaly_seen": "", "profiler_seen": ""}
 
     def run(self, ctx: ProbeContext, timeout: float = 10.0) -> Measurement:
         started = time.monotonic()
@@ -69,6 +100,14 @@ class TorchFlags(AgentProbe):
                  "exit": "as the target exited"}.get(state.get("sampled_on"), "")
         provenance = (f"agent: torch.is_anomaly_enabled(), _profiler_enabled(), get_sync_debug_mode(), "
                       f"environ; read {where} at step {state.get('step_count')}")
+        window = state.get("during_backward")
+        if window is not None and state.get("backward_hooked"):
+            provenance += (f"; anomaly mode and the profiler also read as each of {window.get('backwards')} "
+                           f"backwards began ({'since the request' if ctx.target.alive() else 'over the whole run'})")
+        elif state.get("backward_hooked") is False:
+            provenance += "; not read during backward (the hook did not install)"
+        if state.get("op_profile"):
+            provenance += f"; an op profile {state['op_profile'].get('age_s')} s before counted anomaly mode's NaN checks"
         if failures:
             provenance += f"; hooks that did not install: {'; '.join(failures)}"
         return self.measurement(values=debug_values(state), evidence={"state": state}, seconds=elapsed,
