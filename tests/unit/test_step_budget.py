@@ -255,3 +255,25 @@ def test_the_report_carries_the_budget_and_the_other_departures(slow_training) -
     assert "### Step budget" in md and "### Also departing" in md
     assert "| file and network I/O | 38% ± 5% (timed) | ███████▋ | `main (train.py:48)` | yes |" in md
     assert "Outside the model's own work, 10% or more of the step: file and network I/O 38% at " in md
+
+
+def test_a_callback_a_trainer_runs_is_the_jobs_own_work_and_a_training_step_return_feeds() -> None:
+    trainer = "/usr/lib/python3.11/site-packages/transformers/trainer.py"
+    callback = sample(sc.OTHER, [("main", FILE, 70), ("Trainer.train", trainer, 1), ("on_step_end", FILE, 12)], 9)
+    step = textwrap.dedent("""\
+        def training_step(self, batch, i):
+            x, y = batch
+            logits = self(x)
+            loss = (logits - y).pow(2).mean()
+            acc = (logits.argmax(1) == y).float().mean()
+            return loss
+    """)
+    lines = step.splitlines()
+    forward = next(i + 1 for i, line in enumerate(lines) if "self(x)" in line)
+    flow = loop_flow(step, "training_step", forward, {forward})
+    assert flow is not None
+    assert flow.feeds(4) is True  # the loss it returns: the framework's backward reads it
+    assert flow.feeds(5) is False  # an accuracy nobody reads in the step
+    place = sample_part(callback, ("training_step", FILE), flow, lambda s: False, framework_frame,
+                        lambda *a: False)
+    assert (place.part, place.at, place.group) == ("loop_work", "on_step_end (train.py:12)", "on_step_end (train.py)")

@@ -26,6 +26,7 @@ class _Statement:
     reads: set[str] = field(default_factory=set)
     writes: set[str] = field(default_factory=set)
     receiver: str | None = None  # the object a method-call statement changes (`buf` of `buf.append(x)`)
+    returns: bool = False  # a return or yield: what the function hands back feeds the step
 
 
 def _path(node: ast.AST) -> str | None:
@@ -102,6 +103,8 @@ def _statement(node: ast.stmt) -> _Statement:
             st.receiver = _path(call.value)
     elif not compound:
         st.reads = _reads([node])
+        st.returns = isinstance(node, ast.Return) or (isinstance(node, ast.Expr) and isinstance(
+            node.value, (ast.Yield, ast.YieldFrom)))
     return st
 
 
@@ -135,7 +138,9 @@ class LoopFlow:
             if st.receiver and st.receiver.split(".", 1)[0] in owned:
                 st.writes.add(st.receiver)
         self.feeding: set[int] = set()  # statement start lines
-        sinks = [st for st in statements if any(st.start <= line <= st.end for line in sink_lines)]
+        # The step's own lines, and what the function returns (a trainer's training_step hands
+        # its loss to the framework, which runs the backward).
+        sinks = [st for st in statements if st.returns or any(st.start <= line <= st.end for line in sink_lines)]
         wanted: set[str] = set().union(*(st.reads for st in sinks)) if sinks else set()
         self.feeding = {st.start for st in sinks}
         changed = True

@@ -138,6 +138,9 @@ def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlo
     i = _loop_index(sample, loop) if loop is not None else None
     if i is None or loop is None:
         user = _innermost_user(sample)
+        called = _called_by_framework(sample)
+        if called is not None:  # a callback or hook of the job's, run by a trainer's loop
+            return Place("loop_work", user, group=called)
         return Place("other", user)
     line = _line(sample, i)
     feeds = flow.feeds(line) if flow is not None else None
@@ -156,6 +159,22 @@ def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlo
     if feeds is False:
         return Place("loop_work", at)
     return Place("loop_lines" if feeds else "other", at)
+
+
+_PACKAGE = re.compile(r"(?:site|dist)-packages/(?!torch/)")
+
+
+def _called_by_framework(sample: sc.ThreadSample) -> str | None:
+    """The job's own function that an installed package (not torch) called, when the sample is in
+    it: a trainer's callback or hook ("on_step_end (train.py)"). None elsewhere."""
+    for depth in range(len(sample.stack) - 1, 0, -1):
+        func, file = sample.stack[depth]
+        if is_library((func, file)):
+            continue
+        caller = sample.stack[depth - 1][1]
+        if _PACKAGE.search(caller):
+            return frame_name(func, file, None)
+    return None
 
 
 def _innermost_user(sample: sc.ThreadSample) -> str | None:
