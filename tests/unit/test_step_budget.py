@@ -277,3 +277,19 @@ def test_a_callback_a_trainer_runs_is_the_jobs_own_work_and_a_training_step_retu
     place = sample_part(callback, ("training_step", FILE), flow, lambda s: False, framework_frame,
                         lambda *a: False)
     assert (place.part, place.at, place.group) == ("loop_work", "on_step_end (train.py:12)", "on_step_end (train.py)")
+
+
+def test_a_stragglers_verdict_names_its_largest_share_beside_the_model() -> None:
+    from fieldguide.analysis.ranks import RankStats, own_reading
+    from fieldguide.probes.dist import beside_the_model
+
+    budget = [BudgetLine("backward", 0.4, 0.05).to_json(), BudgetLine("collective", 0.2, 0.04).to_json(),
+              BudgetLine("sleep", 0.33, 0.05, at="on_step_end (train.py:12)").to_json(),
+              BudgetLine("io", 0.05, 0.02).to_json()]
+    beside = beside_the_model(budget)
+    assert beside == "sleeping at on_step_end (train.py:12), 33%"
+    assert beside_the_model(budget[:2] + budget[3:]) is None  # nothing beside the model reaches a tenth
+    rank = RankStats(rank=1, pid=7, host="h", steps=0, step_ms=None, data_wait=0.02, collective_wait=0.05,
+                     beside=beside)
+    assert own_reading(rank).endswith("the largest share beside the model: sleeping at on_step_end (train.py:12), 33%")
+    assert "beside" not in rank.row()

@@ -69,6 +69,9 @@ class RankStats:
     verdict: str = ""  # this rank's own reading, filled by compare()
     node_rank: int | None = None  # which node of the job (torchrun's GROUP_RANK, NODE_RANK, SLURM_NODEID)
     wait_margin: float | None = None  # ± of collective_wait, from its window (samples or steps' spread)
+    # Its largest share outside the model's own work, from its step budget ("sleeping at
+    # on_step_end (train.py:12), 33%"): what a straggler does that the others do not.
+    beside: str | None = None
 
     @property
     def own_ms(self) -> float | None:
@@ -84,6 +87,7 @@ class RankStats:
     def row(self) -> RankRow:
         row: Any = asdict(self)
         row.pop("wait_margin")  # in the measurement's margins, not the report's rank rows
+        row.pop("beside")  # in its verdict's words
         row["own_ms"] = None if self.own_ms is None else round(self.own_ms, 3)
         for key in ("step_ms",):
             row[key] = None if row[key] is None else round(row[key], 3)
@@ -277,8 +281,9 @@ def own_reading(rank: RankStats) -> str:
                else "mostly waiting, off the CPU")
         return (f"input-bound: {rank.data_wait:.0%} of its step passes between steps, getting its next batch "
                 f"or working after the update ({how})")
-    return (f"its compute: {1.0 - (rank.collective_wait or 0.0):.0%} of its step is its own work "
+    said = (f"its compute: {1.0 - (rank.collective_wait or 0.0):.0%} of its step is its own work "
             "(forward, backward, the update, anything between steps)")
+    return f"{said}, the largest share beside the model: {rank.beside}" if rank.beside else said
 
 
 def table_values(row: RankRow) -> tuple[Any, Any, Any, Any, Any]:

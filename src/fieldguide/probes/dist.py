@@ -184,7 +184,8 @@ class RankComparison(Probe):
                                    steps=0, step_ms=None,
                                    data_wait=m.values.get("data_wait_fraction"),
                                    collective_wait=min(waited, 1.0), producer_cpu=m.values.get("producer_cpu_fraction"),
-                                   run_queue=queued.get(rank["rank"]), wait_margin=margin))
+                                   run_queue=queued.get(rank["rank"]), wait_margin=margin,
+                                   beside=beside_the_model(m.evidence.get("budget"))))
         measured = self._judged(stats, max(r["world_size"] for r in ranks), time.monotonic() - started,
                             f"each rank's main-thread CPU and run-queue time (/proc schedstat, else psutil's CPU time) and "
                             f"py-spy ({seconds:.0f} s at {RANK_SAMPLE_HZ} Hz, --idle and on-CPU): the time off the CPU, in "
@@ -250,6 +251,20 @@ class RankComparison(Probe):
                                     {"rank": r["rank"], "pid": r["pid"], "step_ms": r["step_ms"],
                                      "data_wait": r["data_wait"], "collective_wait": r["collective_wait"],
                                      "verdict": r["verdict"]} for r in rows]})
+
+
+BESIDE_SHOWN = 0.1  # a rank's largest share outside the model's own work, named from this size
+
+
+def beside_the_model(budget: Any) -> str | None:
+    """A rank's largest share of its step outside the model's own work, from its step budget:
+    "sleeping at on_step_end (train.py:12), 33%"; None when none reaches a tenth."""
+    rows = [r for r in budget or [] if isinstance(r, dict) and r.get("avoidable") and r.get("part") != "collective"]
+    top = max(rows, key=lambda r: float(r.get("share") or 0.0), default=None)
+    if top is None or float(top.get("share") or 0.0) < BESIDE_SHOWN:
+        return None
+    at = f" at {top['at']}" if top.get("at") else ""
+    return f"{top.get('label') or top.get('part')}{at}, {float(top['share']):.0%}"
 
 
 def has_children(pid: int) -> bool:
