@@ -293,3 +293,14 @@ def test_a_stragglers_verdict_names_its_largest_share_beside_the_model() -> None
                      beside=beside)
     assert own_reading(rank).endswith("the largest share beside the model: sleeping at on_step_end (train.py:12), 33%")
     assert "beside" not in rank.row()
+
+
+def test_a_torn_stack_does_not_make_a_metrics_line_part_of_the_step() -> None:
+    """py-spy --nonblocking once stitched an optimizer's frames under the line of a metrics call:
+    one such sample must not make that line feed the step."""
+    samples = job_samples()
+    torn = sample(sc.OPTIMIZER, [loop_at("health = weight_health("), ("weight_health", FILE, line_of("vals = w")),
+                                 ("SGD.step", "/site-packages/torch/optim/sgd.py", 1)], 1)
+    loop, flow, place = place_of([*samples, torn])
+    assert flow is not None and flow.feeds(line_of("health = weight_health(")) is False
+    assert input_call(samples[4], loop, flow) is None

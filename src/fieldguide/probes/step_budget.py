@@ -115,16 +115,30 @@ def _line(sample: sc.ThreadSample, index: int) -> int | None:
     return lines[index] if index < len(lines) else (sample.leaf_line if index == len(sample.stack) - 1 else None)
 
 
+# A line the step's samples stand on through a function of the job's own (not torch's directly)
+# counts from this share of them: py-spy's --nonblocking reads a running process, and a rare torn
+# stack stitches an optimizer's frames under the line of a metrics call.
+STITCHED_SHARE = 0.05
+
+
 def sink_lines(samples: list[sc.ThreadSample], loop: sc.Frame) -> set[int]:
     """The loop's lines its forward, backward and update samples stand on: what the step is."""
-    found: set[int] = set()
+    direct: set[int] = set()
+    through: collections.Counter[int] = collections.Counter()
+    total = 0
     for s in samples:
-        if s.category in (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER):
-            i = _loop_index(s, loop)
-            line = _line(s, i) if i is not None else None
-            if line:
-                found.add(line)
-    return found
+        if s.category not in (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER):
+            continue
+        total += s.count
+        i = _loop_index(s, loop)
+        line = _line(s, i) if i is not None else None
+        if not line or i is None:
+            continue
+        if i + 1 < len(s.stack) and is_library(s.stack[i + 1]):
+            direct.add(line)  # the loop calls torch here: model(x), loss.backward(), opt.step()
+        else:
+            through[line] += s.count
+    return direct | {line for line, n in through.items() if n >= max(3, STITCHED_SHARE * total)}
 
 
 def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlow | None,
