@@ -30,6 +30,7 @@ from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.base import NEEDS_PROCESS, Probe, ProbeContext
+from fieldguide.probes.loop_dataflow import LoopFlow, is_update_function
 from fieldguide.probes.pyspy_raw import FRAME as _FRAME
 from fieldguide.probes.pyspy_raw import PROCESS as _PROCESS
 from fieldguide.probes.pyspy_raw import THREAD as _THREAD
@@ -58,7 +59,6 @@ from fieldguide.probes.stack_categories import (
     summarize,
     uses_gpu,
 )
-from fieldguide.probes.loop_dataflow import LoopFlow, is_update_function
 from fieldguide.probes.step_budget import BudgetLine, flow_of, sample_budget, sample_part
 from fieldguide.probes.step_cycle import input_call, input_samples, loop_frame
 from fieldguide.probes.uncertainty import share_margin
