@@ -45,7 +45,7 @@ def watch_reply(rows: int, added: int, nodes: tuple[int, int] = (13, 13), grow_b
 
 
 def test_growth_values_name_what_grows_and_who_keeps_it() -> None:
-    values, missing = growth_values(watch_reply(300, added=299, grow_bytes=512 * 1024))
+    values, missing, _ = growth_values(watch_reply(300, added=299, grow_bytes=512 * 1024))
     assert not missing
     assert values["tensors_kept_per_step"] == pytest.approx(1.0)
     assert values["tensor_growth_mb_per_min"] == pytest.approx(299 * 0.5 / (299 * 0.02 / 60), rel=0.01)
@@ -54,32 +54,45 @@ def test_growth_values_name_what_grows_and_who_keeps_it() -> None:
 
 
 def test_a_graph_kept_across_steps_is_growth_even_with_no_new_python_tensor() -> None:
-    values, _ = growth_values(watch_reply(200, added=0, nodes=(13, 13 + 4 * 199)))
+    values, _, _ = growth_values(watch_reply(200, added=0, nodes=(13, 13 + 4 * 199)))
     assert values["tensors_kept_per_step"] == 0.0
     assert values["graph_nodes_kept_per_step"] == pytest.approx(4.0)
     assert "autograd graph" in values["what_grows"]
 
 
 def test_flat_memory_is_no_growth_and_a_window_without_census_says_why() -> None:
-    values, missing = growth_values(watch_reply(200, added=0))
+    values, missing, _ = growth_values(watch_reply(200, added=0))
     assert values["tensors_kept_per_step"] == 0 and values["growth_mb_per_min"] == 0
     reply = watch_reply(200, added=0)
     del reply["census"]
-    _, missing = growth_values(reply)
+    _, missing, _ = growth_values(reply)
     assert "no second tensor census" in missing["tensors_kept_per_step"]
 
 
 def test_batches_of_changing_size_between_two_censuses_are_not_growth() -> None:
     """A real GPU job with a batch of random size each step: its two censuses differed by a batch
-    (+120 MB in 8 s read as 900 MB/min) while memory at the boundaries went up and down."""
+    (+120 MB in 8 s read as 900 MB/min) while memory at the boundaries went up and down. The
+    tensors kept across steps (by identity, checkpoints over the window) leave the batch in
+    flight out: no growth, and a margin from their own scatter that is small."""
     rng = random.Random(3)
     reply = watch_reply(400, added=0)
     for row in reply["rows"]:
         row[2] = 300 * MB + rng.randint(1, 64) * 4 * MB  # the live batch at each boundary
     reply["census"][1]["bytes"] += 120 * MB
-    values, _ = growth_values(reply)
+    reply["kept"] = [[1000.0 + 1.33 * i, 100 + 66 * i, 0, 0] for i in range(6)]
+    values, _, margins = growth_values(reply)
     assert values["census_growth_mb_per_min"] > 100
-    assert values["tensor_growth_mb_per_min"] == 0.0
+    assert values["tensor_growth_mb_per_min"] == 0.0 and margins["tensor_growth_mb_per_min"] == 0.0
+
+
+def test_two_censuses_alone_are_growth_with_a_margin_as_large_as_the_reading() -> None:
+    """Without checkpoints (a window too short for them) the two censuses' difference may be one
+    batch or a leak: it is read, with itself as its margin, so the walk measures again."""
+    reply = watch_reply(400, added=0)
+    reply["census"][1]["bytes"] += 120 * MB
+    values, _, margins = growth_values(reply)
+    assert values["tensor_growth_mb_per_min"] > 100
+    assert margins["tensor_growth_mb_per_min"] == values["tensor_growth_mb_per_min"]
 
 
 @pytest.mark.parametrize(("fragmented", "retries", "departs"), [

@@ -16,7 +16,16 @@ from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.loop import Background, step_rows
-from fieldguide.probes.memory_math import MB, growth, mb, shares, sustained_rate, tightest
+from fieldguide.probes.memory_math import (
+    MB,
+    fit_line,
+    growth,
+    mb,
+    shares,
+    slope_error,
+    sustained_rate,
+    tightest,
+)
 
 MIN_WINDOW_STEPS = 40  # a window long enough to see a per-step leak under allocator noise
 
@@ -26,11 +35,30 @@ def used_bytes(row: MemoryRow) -> int:
     return int(row.cuda_allocated if row.cuda_allocated is not None else row.rss or 0)
 
 
-def growth_values(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Values from a `watch` reply: the sustained growth of use, and the tensors that grew."""
+def kept_growth(kept: list[list[float]], census_rate: float) -> tuple[float, float, str]:
+    """MB/min of tensors kept across steps, its margin (±), and how it was read.
+
+    `kept` holds the agent's checkpoints over the window: [t, step, tensors, bytes] of the tensors
+    made since the first census and already alive at that checkpoint, so the batch in flight at a
+    boundary is never among them. Their bytes over time, fitted, are the growth; two standard
+    errors of the slope, from their own scatter, its margin. With fewer than three points there
+    is no scatter to read: the two censuses' difference, which may be one batch of a size that
+    changes every step, is the reading and also its margin (measured longer, never rounded to 0)."""
+    if len(kept) >= 3:
+        ts, ys = [float(p[0]) for p in kept], [float(p[3]) for p in kept]
+        slope, _ = fit_line(ts, ys)
+        se = slope_error(ts, ys, slope)
+        return max(slope, 0.0) * 60 / MB, 2.0 * se * 60 / MB, f"{len(kept)} checkpoints of tensors kept across steps"
+    return census_rate, census_rate, "two censuses (no checkpoints to give a scatter)"
+
+
+def growth_values(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str, float]]:
+    """Values from a `watch` reply: the sustained growth of use, and the tensors that grew;
+    what could not be measured and why; the margins (±) of the readings that carry one."""
     rows = [r for r in map(MemoryRow.read, result.get("rows") or []) if r.rss]
     values: dict[str, Any] = {"steps_measured": len(rows)}
     missing: dict[str, str] = {}
+    margins: dict[str, float] = {}
     steps = [float(r.step) for r in rows]
     used = [float(used_bytes(r)) for r in rows]
     per_step = growth(steps, used)
@@ -58,13 +86,10 @@ def growth_values(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
         if minutes > 0:
             census_rate = max(census[1]["bytes"] - census[0]["bytes"], 0) / MB / minutes
             values["census_growth_mb_per_min"] = round(census_rate, 2)
-            # Two censuses alone are two points: batches whose size changes every step (dynamic
-            # padding, random crops) differ by a batch between them. Growth counts only as far as
-            # the memory at every boundary of the window also climbs, steadily.
-            trend = sustained_rate(per_second) if per_second is not None else None
-            if trend is not None:
-                census_rate = min(census_rate, trend * 60 / MB)
-            values["tensor_growth_mb_per_min"] = round(census_rate, 2)
+            rate, margin, how = kept_growth(result.get("kept") or [], census_rate)
+            values["tensor_growth_mb_per_min"] = round(rate, 2)
+            margins["tensor_growth_mb_per_min"] = round(margin, 2)
+            values["tensor_growth_from"] = how
         kept = result.get("kept_by") or {}
         if top:
             values["what_grows"] = f"{top['added']} x {top['what']} in {span} steps (+{mb(top['added_bytes'])} MB)"
@@ -84,7 +109,7 @@ def growth_values(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str
         why = "no second tensor census (no step boundary ended the window)" if not census else "one step only"
         for key in ("tensors_kept_per_step", "graph_nodes_kept_per_step", "tensor_growth_mb_per_min"):
             missing[key] = why
-    return values, missing
+    return values, missing, margins
 
 
 @register
@@ -96,7 +121,7 @@ class MemoryGrowth(AgentProbe):
     params = {"seconds": 8.0}
     values = {"growth_mb_per_min": "MB/min", "growth_kb_per_step": "KB", "growth_fit_r2": "", "grew_mb": "MB",
               "tensors_kept_per_step": "", "graph_nodes_kept_per_step": "", "tensor_growth_mb_per_min": "MB/min",
-              "census_growth_mb_per_min": "MB/min", "what_grows": "", "kept_by": "",
+              "census_growth_mb_per_min": "MB/min", "tensor_growth_from": "", "what_grows": "", "kept_by": "",
               "memory_kind": "", "used_mb": "MB", "steps_measured": "", "live_tensors": ""}
     series = {"used_mb": "MB"}
 
@@ -123,14 +148,15 @@ class MemoryGrowth(AgentProbe):
                                "the agent's memory watch did not reply", seconds=time.monotonic() - started)
         if not reply.ok:
             return self.cannot(reply.error, seconds=time.monotonic() - started)
-        values, missing = growth_values(reply.result)
+        values, missing, margins = growth_values(reply.result)
         provenance = ("agent: RSS (/proc/self/statm) or torch.cuda.memory_stats at each step boundary; "
-                      "a census of live tensors (gc) at the window's first and last boundary")
+                      "a census of live tensors (gc) at the window's first and last boundary; tensors kept "
+                      "across steps (by identity) at boundaries spread over the window")
         if failures:
             provenance += f"; hooks that did not install: {'; '.join(failures)}"
         evidence = {k: reply.result.get(k) for k in ("census", "growing", "kept_by")}
         evidence["rows"] = reply.result.get("rows", [])[-200:]
-        return self.measurement(values=values, missing=missing, evidence=evidence,
+        return self.measurement(values=values, missing=missing, margins=margins, evidence=evidence,
                                 seconds=time.monotonic() - started, provenance=provenance)
 
 

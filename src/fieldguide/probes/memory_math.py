@@ -73,17 +73,16 @@ def slope_error(xs: Sequence[float], ys: Sequence[float], slope: float) -> float
 def growth_margin(g: Growth) -> float:
     """± of `sustained_rate(g)` (bytes per unit of x). A sustained trend: two standard errors.
 
-    An uneven trend reads 0. That stands where the memory did not demonstrably rise (the
-    slope's lower bound, slope − 2 SE, at or below 0: a healthy job's allocator returning and
-    taking back a few MB wobbles about a flat floor). Where it did rise, but not evenly enough to
-    be called sustained (a leak whose job was starved for part of the window on a busy machine),
-    the truth may be as high as the slope's upper bound: that is the margin, and a reading of 0
-    whose bound reaches a threshold is measured again over a longer window, not called clean."""
+    An uneven trend reads 0, but the truth may be as high as the slope's upper bound
+    (slope + 2 SE): that is its margin, so a reading of 0 whose bound reaches a threshold is
+    measured again over a longer window, or called too close to call, never called clean. A leak
+    under a wobbling floor (batches of changing length, ±30-60 MB) rises unevenly, its lower
+    bound below 0, and is still such a reading. Only a floor whose upper bound is at or below 0
+    (it demonstrably did not rise) reads 0 with no margin. The price: a healthy job whose floor
+    wobbles widely (beside a busy core) may be too close to call, never a leak called flat."""
     if g.sustained:
         return 2.0 * g.slope_se
-    if g.slope - 2.0 * g.slope_se <= 0:
-        return 0.0
-    return g.slope + 2.0 * g.slope_se
+    return max(g.slope + 2.0 * g.slope_se, 0.0)
 
 
 def floors(ts: Sequence[float], ys: Sequence[float], width: float = 1.0) -> tuple[list[float], list[float]]:

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import warnings
+import weakref
 from types import FrameType, ModuleType
 from typing import Any
 
@@ -276,6 +277,54 @@ def census(torch: ModuleType, exclude: set[int] | None = None) -> dict[str, Any]
     del live
     return {"groups": groups, "tensors": sum(g[0] for g in groups.values()), "bytes": total, "graph_nodes": nodes,
             "graph_capped": nodes >= GRAPH_NODES_MAX}
+
+
+def kept_since(torch: ModuleType, first: dict[int, Any], last: dict[int, Any]) -> tuple[int, int, dict[int, Any]]:
+    """Tensors kept across steps, by identity: those alive now that were not alive at the window's
+    first census (`first`) but already were at the previous checkpoint (`last`), their count and
+    unique bytes (storages an older tensor still holds add none), and weak references to every
+    tensor new since the first census (the next checkpoint's `last`).
+
+    The batch of the step that just ended is not among them (it did not exist at the previous
+    checkpoint), so batches whose size changes from step to step add no scatter."""
+    now: dict[int, Any] = {}
+    kept: list[Any] = []
+    old_storages: set[int] = set()
+    for tensor in tensors(torch):
+        ref = first.get(id(tensor))
+        if ref is not None and ref() is tensor:
+            found = _storage(tensor)
+            if found is not None:
+                old_storages.add(found[0])
+            continue
+        try:
+            now[id(tensor)] = weakref.ref(tensor)
+        except TypeError:
+            continue
+        ref = last.get(id(tensor))
+        if ref is not None and ref() is tensor:
+            kept.append(tensor)
+    seen = set(old_storages)
+    total = 0
+    for tensor in kept:
+        found = _storage(tensor)
+        if found is not None and found[0] not in seen:
+            seen.add(found[0])
+            total += found[1]
+    count = len(kept)
+    del kept
+    return count, total, now
+
+
+def refs(torch: ModuleType) -> dict[int, Any]:
+    """Weak references to the live tensors, by id (a census's identities, for `kept_since`)."""
+    out: dict[int, Any] = {}
+    for tensor in tensors(torch):
+        try:
+            out[id(tensor)] = weakref.ref(tensor)
+        except TypeError:
+            continue
+    return out
 
 
 def describe_group(key: tuple[Any, ...]) -> str:

@@ -3,7 +3,9 @@
 Idle, it installs nothing on the training thread. Requests:
 - `watch` {seconds}: at each step boundary for that long, a row (rows.MemoryRow),
   streamed as it goes; a census of live tensors at the first and the last boundary,
-  and what grew between them, with what keeps the growth alive.
+  and what grew between them, with what keeps the growth alive; and at boundaries spread
+  over the window, the tensors kept across steps (by identity: made since the first census,
+  still alive a checkpoint later), whose bytes over time are the growth and its scatter.
 - `breakdown`: the next whole step with saved tensors tracked (a saved-tensor pack
   hook: activations kept for backward, parameters' views left out), then parameters,
   gradients and optimizer state by unique storage, the other live tensors, the peak
@@ -30,6 +32,7 @@ from ..rows import MemoryRow, RssRow
 MAX_WATCH_SECONDS = 120.0
 STALL_SECONDS = 5.0
 RSS_EVERY = 1.0
+KEPT_CHECKPOINTS = 6  # censuses of kept tensors spread over a watch window
 HOLDER_TRIES = 5  # tensors of the growing group whose holders are looked for
 HISTORY_ENTRIES = 100_000  # allocation events kept for the snapshot (a ring buffer)  # no step boundary this long after the window: answer with what there is
 
@@ -152,16 +155,33 @@ class Memory(Capability):
         if watch["before"] is None:
             watch["before"] = memread.census(self.torch)
             watch["until"] = now + watch["seconds"]
+            watch["first"], watch["last"] = memread.refs(self.torch), {}
+            watch["kept"] = [[round(now, 4), self.agent.step_count, 0, 0]]
+            watch["checked"] = None  # the last checkpoint: (t, step)
+            watch["next"] = now + watch["seconds"] / KEPT_CHECKPOINTS
         row = self.row()
         watch["rows"].append(row)
         self.rows.append(row)
+        if now >= watch["until"] or now >= watch["next"]:
+            self.checkpoint(watch, now)
         if now >= watch["until"]:
             self.watch = None
+            watch.pop("first"), watch.pop("last")
             self.answer_watch(watch, memread.census(self.torch))
+
+    def checkpoint(self, watch: dict[str, Any], now: float) -> None:
+        """The tensors new since the first census that were already alive at the last checkpoint:
+        a point (that checkpoint's time and step, their count and bytes) of what steps keep."""
+        assert self.torch is not None
+        count, nbytes, watch["last"] = memread.kept_since(self.torch, watch["first"], watch["last"])
+        if watch["checked"] is not None:
+            watch["kept"].append([*watch["checked"], count, nbytes])
+        watch["checked"] = (round(now, 4), self.agent.step_count)
+        watch["next"] = now + watch["seconds"] / KEPT_CHECKPOINTS
 
     def answer_watch(self, watch: dict[str, Any], after: dict[str, Any] | None) -> None:
         before = watch["before"]
-        result: dict[str, Any] = {"rows": watch["rows"]}
+        result: dict[str, Any] = {"rows": watch["rows"], "kept": watch.get("kept") or []}
         if before is not None and after is not None:
             growing = memread.growing_groups(before, after)
             result["census"] = [{k: c[k] for k in ("tensors", "bytes", "graph_nodes", "graph_capped")}
