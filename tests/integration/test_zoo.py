@@ -38,7 +38,9 @@ TRAINING_SHAPES = {"gan_two_optimizers", "getbatch_cpu", "getbatch_waiting", "gr
                    # The batch taken between the forward and the backward; frameworks' own loops.
                    "prefetch_store_waiting", "hf_trainer_tokenize_cpu",
                    # Lightning's fit loop and its own DDP launcher (rank 0 starts rank 1).
-                   "lightning_ddp_straggler"}
+                   "lightning_ddp_straggler",
+                   # Two faults at once: the larger share is named first, the input after it.
+                   "faults_io_over_input"}
 
 
 def cases(mode: str) -> list[object]:
