@@ -47,12 +47,18 @@ def _path(node: ast.AST) -> str | None:
 
 
 def _reads(nodes: list[ast.AST]) -> set[str]:
-    """The dotted paths an expression loads (the longest chain of each)."""
+    """The dotted paths an expression loads, the longest chain of each (`self.model(x)` reads
+    `self.model` and `x`, not `self`)."""
     found: set[str] = set()
     for root in nodes:
+        inner: set[int] = set()  # the names and attributes a longer chain holds
         for node in ast.walk(root):
-            if isinstance(node, (ast.Attribute, ast.Name, ast.Subscript)) and isinstance(
-                    getattr(node, "ctx", None), ast.Load):
+            if isinstance(node, (ast.Attribute, ast.Subscript)):
+                inner.add(id(node.value))
+        for node in ast.walk(root):
+            if id(node) in inner or not isinstance(node, (ast.Attribute, ast.Name, ast.Subscript)):
+                continue
+            if isinstance(getattr(node, "ctx", None), ast.Load):
                 path = _path(node)
                 if path:
                     found.add(path)

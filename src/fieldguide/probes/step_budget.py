@@ -115,30 +115,26 @@ def _line(sample: sc.ThreadSample, index: int) -> int | None:
     return lines[index] if index < len(lines) else (sample.leaf_line if index == len(sample.stack) - 1 else None)
 
 
-# A line the step's samples stand on through a function of the job's own (not torch's directly)
-# counts from this share of them: py-spy's --nonblocking reads a running process, and a rare torn
-# stack stitches an optimizer's frames under the line of a metrics call.
-STITCHED_SHARE = 0.05
+# py-spy's --nonblocking reads a running process, and its stacks tear: at 4-7 ms steps, half of
+# the update's samples stood on the loop's line of a metrics callback, whose own samples held that
+# line seven times as often. A line is the step's where the forward, backward and update samples
+# are at least this share of all the samples standing on it (two at least, or all there are).
+SINK_SHARE = 0.5
 
 
 def sink_lines(samples: list[sc.ThreadSample], loop: sc.Frame) -> set[int]:
     """The loop's lines its forward, backward and update samples stand on: what the step is."""
-    direct: set[int] = set()
-    through: collections.Counter[int] = collections.Counter()
-    total = 0
+    step: collections.Counter[int] = collections.Counter()
+    every: collections.Counter[int] = collections.Counter()
     for s in samples:
-        if s.category not in (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER):
-            continue
-        total += s.count
         i = _loop_index(s, loop)
         line = _line(s, i) if i is not None else None
-        if not line or i is None:
+        if not line:
             continue
-        if i + 1 < len(s.stack) and is_library(s.stack[i + 1]):
-            direct.add(line)  # the loop calls torch here: model(x), loss.backward(), opt.step()
-        else:
-            through[line] += s.count
-    return direct | {line for line, n in through.items() if n >= max(3, STITCHED_SHARE * total)}
+        every[line] += s.count
+        if s.category in (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER):
+            step[line] += s.count
+    return {line for line, n in step.items() if n >= SINK_SHARE * every[line] and (n >= 2 or n == sum(step.values()))}
 
 
 def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlow | None,
