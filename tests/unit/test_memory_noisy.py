@@ -88,7 +88,7 @@ def test_the_agent_counts_tensors_kept_across_checkpoints_by_identity() -> None:
     kept: list[torch.Tensor] = []
     last: dict = {}
     points = []
-    for checkpoint in range(4):
+    for _checkpoint in range(4):
         for length in (10, 37, 64):  # a batch in flight, and a slice of it kept, every step
             batch = torch.zeros(8, length, 256)
             kept.append(batch[0].clone())

@@ -164,7 +164,10 @@ def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlo
         callee_line = _line(sample, i + 1)
         if callee_line and is_update(callee[1], callee[0], callee_line):
             return Place("update", own)
-        return Place("loop_work" if feeds is False else "other", own, group=frame_name(callee[0], callee[1], None))
+        if feeds is False:  # named by the function the loop called, at its line that spends it
+            return Place("loop_work", frame_name(callee[0], callee[1], callee_line),
+                         group=frame_name(callee[0], callee[1], None))
+        return Place("other", own)
     at = frame_name(loop[0], loop[1], line)
     if feeds is False:
         return Place("loop_work", at)
