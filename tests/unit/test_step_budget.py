@@ -304,3 +304,137 @@ def test_a_torn_stack_does_not_make_a_metrics_line_part_of_the_step() -> None:
     loop, flow, place = place_of([*samples, torn])
     assert flow is not None and flow.feeds(line_of("health = weight_health(")) is False
     assert input_call(samples[4], loop, flow) is None
+
+
+def flow_for(source: str, function: str, *sinks: str, returns_feed: bool = True):  # type: ignore[no-untyped-def]
+    lines = source.splitlines()
+    at = {next(i + 1 for i, line in enumerate(lines) if text in line) for text in sinks}
+    flow = loop_flow(source, function, min(at), at, returns_feed=returns_feed)
+    assert flow is not None
+    return flow, lambda text: next(i + 1 for i, line in enumerate(lines) if text in line)
+
+
+def test_a_method_calling_its_own_helpers_does_not_feed_the_step_by_it() -> None:
+    flow, line = flow_for(textwrap.dedent("""\
+        def run(self):
+            while True:
+                x, y = self.next_batch()
+                loss = self.model(x, y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                self.trigger_callbacks("on_batch_end")
+                self.log_buffer = loss.item()
+    """), "run", "self.model(x, y)", "loss.backward()", "self.optimizer.step()")
+    assert flow.feeds(line("self.next_batch()")) is True
+    assert flow.feeds(line("self.optimizer.zero_grad()")) is True
+    assert flow.feeds(line("self.trigger_callbacks")) is False
+    assert flow.feeds(line("self.log_buffer")) is False
+
+
+def test_what_a_loop_returns_feeds_only_a_step_a_framework_runs_and_a_yield_hands_back() -> None:
+    source = textwrap.dedent("""\
+        def train(model, loader, opt):
+            history = []
+            for x, y in loader:
+                loss = model(x, y)
+                loss.backward()
+                opt.step()
+                m = weight_stats(model)
+                history.append(m)
+            return history
+    """)
+    flow, line = flow_for(source, "train", "model(x, y)", "loss.backward()", "opt.step()", returns_feed=False)
+    assert flow.feeds(line("m = weight_stats")) is False
+    flow, line = flow_for(textwrap.dedent("""\
+        def steps(model, batches):
+            stats = None
+            for x in batches:
+                loss = model(x)
+                stats = expensive(stats)
+                yield loss, stats
+    """), "steps", "model(x)")
+    assert flow.feeds(line("stats = expensive")) is True
+
+
+def test_work_in_the_loop_that_calls_a_train_step_helper_is_the_loops_own_work() -> None:
+    source = textwrap.dedent("""\
+        def train_step(model, opt, x, y):
+            loss = model(x, y)
+            loss.backward()
+            opt.step()
+
+        def main(model, opt, data):
+            for x, y in data:
+                train_step(model, opt, x, y)
+                health = weight_health(model)
+    """)
+    lines = source.splitlines()
+
+    def at(text: str) -> int:
+        return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+    main = ("main", FILE, at("    train_step(model, opt, x, y)"))
+    samples = [
+        sample(sc.FORWARD, [main, ("train_step", FILE, at("loss = model")), ("Module._call_impl", MODULE, 1)], 20),
+        sample(sc.BACKWARD, [main, ("train_step", FILE, at("loss.backward")),
+                             ("Tensor.backward", "/site-packages/torch/_tensor.py", 1)], 20),
+        sample(sc.OTHER, [("main", FILE, at("health = weight_health")), ("weight_health", FILE, 40)], 15),
+    ]
+    from fieldguide.probes.step_budget import outer_loops
+
+    loop = loop_frame(samples)
+    assert loop == ("train_step", FILE)
+    outer = outer_loops(samples, loop, lambda file: source)
+    flow = flow_of(samples, loop, lambda file: source)
+    assert outer and outer[0][0] == ("main", FILE) and outer[0][1] is not None, outer
+    place = sample_part(samples[2], loop, flow, lambda s: False, framework_frame, lambda *a: False, outer)
+    assert (place.part, place.at) == ("loop_work", "weight_health (train.py:40)")
+
+
+def test_a_share_whose_cause_is_not_named_is_said_beside_the_one_that_is(slow_training) -> None:  # type: ignore[no-untyped-def]
+    from fieldguide.measurement import Measurement
+
+    values = healthy_values()
+    values["loop.steps"] = {**values["loop.steps"], "data_wait_fraction": 0.45, "io_fraction": 0.2,
+                            "save_fraction": 0.2}
+    values["stacks.sample"] = Measurement(probe="stacks.sample", values={**values["stacks.sample"],
+                                                                        "producer_cpu_fraction": None})
+    values["process.cpu"] = Measurement.cannot("process.cpu", "the target exited")
+    walk = Walk(slow_training, lambda: LAUNCH, FakeMeasure(values))
+    walk.run()
+    assert walk.departure is not None and walk.departure.cause.id == "host.blocking_io"
+    assert "also departing, its cause not named: input.producer could not decide the cause" in walk.caveat
+    findings = findings_from_walk(walk, {"kind": "launch", "pid": 1, "cmdline": []}, {})
+    assert "its cause not named" in findings.note
+
+
+def test_a_walk_cut_short_keeps_the_causes_it_named(slow_training) -> None:  # type: ignore[no-untyped-def]
+    values = healthy_values()
+    values["loop.steps"] = {**values["loop.steps"], "data_wait_fraction": 0.6, "producer": "the training thread",
+                            "producer_cpu_fraction": 0.9}
+    walk = Walk(slow_training, lambda: LAUNCH, FakeMeasure(values))
+    walk.run(stop=lambda: bool(walk.path) and walk.path[-1].node == "input.producer")
+    assert walk.finished and walk.verdict == DEPARTURE
+    assert walk.departure is not None and walk.departure.cause.id == "input.cpu_bound"
+    assert walk.departure.chain == ("input.data-wait", "input.producer")
+    assert "cut short" in walk.caveat
+
+
+def test_overhead_is_what_is_outside_ops_less_what_the_budget_names() -> None:
+    from fieldguide.probes.opprofile import overhead_share
+
+    # Gradient-norm logging between the backward and the update: 58% of the step, named as the
+    # loop's own work, is not overhead as well.
+    assert overhead_share({"op_time_fraction": 0.4, "phase_fraction": 0.02},
+                          {"loop_work_fraction": 0.58}) == pytest.approx(0.03, abs=0.01)
+    # Work after the update is in the phases the profile left out: not subtracted twice.
+    assert overhead_share({"op_time_fraction": 0.8, "phase_fraction": 0.5},
+                          {"loop_work_fraction": 0.5}) == pytest.approx(0.1)
+    assert overhead_share({"op_time_fraction": 0.3, "phase_fraction": 0.0}, {}) == pytest.approx(0.7)
+
+
+def test_a_budget_whose_every_part_was_timed_still_adds_up() -> None:
+    refined = refine([BudgetLine("input_wait", 1.0, 0.05)], {"input": 0.5})
+    assert sum(line.share for line in refined) == pytest.approx(1.0)
+    assert {line.part for line in refined} == {"input_wait", "other"}

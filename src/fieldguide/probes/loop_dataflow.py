@@ -104,18 +104,23 @@ def _statement(node: ast.stmt) -> _Statement:
             st.reads |= st.writes
     elif isinstance(node, ast.Expr):
         st.reads = _reads([node.value])
+        st.returns = isinstance(node.value, (ast.Yield, ast.YieldFrom))
         call = node.value.func if isinstance(node.value, ast.Call) else None
         if isinstance(call, ast.Attribute):  # `buf.append(x)`, `opt.zero_grad()`: the receiver changes
             st.receiver = _path(call.value)
     elif not compound:
         st.reads = _reads([node])
-        st.returns = isinstance(node, ast.Return) or (isinstance(node, ast.Expr) and isinstance(
-            node.value, (ast.Yield, ast.YieldFrom)))
+        st.returns = isinstance(node, ast.Return)
     return st
 
 
-def _related(a: str, b: str) -> bool:
-    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+def _related(write: str, read: str) -> bool:
+    """A write changes what a read sees: the same path, a part of it (`batch.x` of `batch`), or
+    the object it is part of. A bare `self` read (a Lightning module calling itself) is the
+    module, not every attribute the loop sets on it."""
+    if write == read or read.startswith(write + "."):
+        return True
+    return read not in ("self", "cls") and write.startswith(read + ".")
 
 
 def _function(tree: ast.AST, name: str, line: int) -> ast.AST | None:
@@ -135,18 +140,21 @@ def _function(tree: ast.AST, name: str, line: int) -> ast.AST | None:
 class LoopFlow:
     """The statements of one loop function, and which of them feed the step."""
 
-    def __init__(self, statements: list[_Statement], sink_lines: set[int], params: frozenset[str] | set[str] = frozenset()):
+    def __init__(self, statements: list[_Statement], sink_lines: set[int], params: frozenset[str] | set[str] = frozenset(),
+                 returns_feed: bool = True):
         self.statements = statements
         # A method call changes its receiver when the receiver is the function's own (a local, a
         # parameter, self): `torch.save(...)` or `gc.collect()` change no value the step reads.
         owned = set(params) | {w.split(".", 1)[0] for st in statements for w in st.writes}
         for st in statements:
-            if st.receiver and st.receiver.split(".", 1)[0] in owned:
+            # `self.helper()` changes no value by itself: its receiver is the object, not a value.
+            if st.receiver and st.receiver not in ("self", "cls") and st.receiver.split(".", 1)[0] in owned:
                 st.writes.add(st.receiver)
         self.feeding: set[int] = set()  # statement start lines
         # The step's own lines, and what the function returns (a trainer's training_step hands
         # its loss to the framework, which runs the backward).
-        sinks = [st for st in statements if st.returns or any(st.start <= line <= st.end for line in sink_lines)]
+        sinks = [st for st in statements if (returns_feed and st.returns)
+                 or any(st.start <= line <= st.end for line in sink_lines)]
         wanted: set[str] = set().union(*(st.reads for st in sinks)) if sinks else set()
         self.feeding = {st.start for st in sinks}
         changed = True
@@ -178,8 +186,10 @@ class LoopFlow:
         return None if st is None else st.start in self.feeding
 
 
-def loop_flow(source: str, function: str, line: int, sink_lines: set[int]) -> LoopFlow | None:
-    """The flow of the function `function` that holds `line` in `source`; None if it cannot be read."""
+def loop_flow(source: str, function: str, line: int, sink_lines: set[int], returns_feed: bool = True) -> LoopFlow | None:
+    """The flow of the function `function` that holds `line` in `source`; None if it cannot be read.
+    `returns_feed`: what the function returns feeds the step (a training_step whose loss a framework
+    backpropagates), not where the function runs the backward itself (a loop returning its history)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -207,7 +217,7 @@ def loop_flow(source: str, function: str, line: int, sink_lines: set[int]) -> Lo
     params: set[str] = set()
     if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
         params = {a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]}
-    flow = LoopFlow(statements, sink_lines, params)
+    flow = LoopFlow(statements, sink_lines, params, returns_feed)
     flow.update_spans = _update_spans(blocks, sink_lines)
     return flow
 

@@ -59,7 +59,13 @@ from fieldguide.probes.stack_categories import (
     summarize,
     uses_gpu,
 )
-from fieldguide.probes.step_budget import BudgetLine, flow_of, sample_budget, sample_part
+from fieldguide.probes.step_budget import (
+    BudgetLine,
+    flow_of,
+    outer_loops,
+    sample_budget,
+    sample_part,
+)
 from fieldguide.probes.step_cycle import input_call, input_samples, loop_frame
 from fieldguide.probes.uncertainty import share_margin
 
@@ -163,7 +169,9 @@ class SourceReader:
                     if len(_PARSED) >= _PARSED_MAX:
                         _PARSED.clear()
                     text = Path(candidate).read_text(encoding="utf-8", errors="replace")
-                    loaded = _PARSED[key] = (text.splitlines(), statement_spans(text))
+                    # By "\n" alone, as the interpreter counts lines (splitlines also breaks at a
+                    # form feed, which shifts every later line against py-spy's line numbers).
+                    loaded = _PARSED[key] = (text.split("\n"), statement_spans(text))
             except OSError:
                 continue
             break
@@ -307,15 +315,20 @@ def sample_margins(values: dict[str, Any]) -> dict[str, float]:
 def step_budget(main_all: list[ThreadSample], main_active: list[ThreadSample], loop: Frame | None,
                 flow: LoopFlow | None, reader: SourceReader | None) -> list[BudgetLine]:
     """The training thread's samples as a step budget (probes/step_budget.py)."""
+    updates: dict[tuple[str, str], bool] = {}  # each function read once, whatever its lines
+
     def is_update(file: str, func: str, line: int) -> bool:
-        text = reader.text(file) if reader is not None else None
-        return text is not None and is_update_function(text, func, line)
+        if (file, func) not in updates:
+            text = reader.text(file) if reader is not None else None
+            updates[(file, func)] = text is not None and is_update_function(text, func, line)
+        return updates[(file, func)]
 
     def fetches(sample: ThreadSample) -> bool:
         return loop is not None and input_call(sample, loop, flow) is not None
 
+    outer = outer_loops(main_all, loop, reader.text) if reader is not None else []
     return sample_budget(main_all, main_active,
-                         lambda s: sample_part(s, loop, flow, fetches, framework_frame, is_update))
+                         lambda s: sample_part(s, loop, flow, fetches, framework_frame, is_update, outer))
 
 
 def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSample],

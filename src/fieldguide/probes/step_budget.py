@@ -122,8 +122,12 @@ def _line(sample: sc.ThreadSample, index: int) -> int | None:
 SINK_SHARE = 0.5
 
 
-def sink_lines(samples: list[sc.ThreadSample], loop: sc.Frame) -> set[int]:
-    """The loop's lines its forward, backward and update samples stand on: what the step is."""
+STEP_KINDS = (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER)
+
+
+def sink_lines(samples: list[sc.ThreadSample], loop: sc.Frame, kinds: tuple[str, ...] = STEP_KINDS) -> set[int]:
+    """The loop's lines its forward, backward and update samples (`kinds` of them) stand on:
+    what the step is."""
     step: collections.Counter[int] = collections.Counter()
     every: collections.Counter[int] = collections.Counter()
     for s in samples:
@@ -132,14 +136,19 @@ def sink_lines(samples: list[sc.ThreadSample], loop: sc.Frame) -> set[int]:
         if not line:
             continue
         every[line] += s.count
-        if s.category in (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER):
+        if s.category in kinds:
             step[line] += s.count
     return {line for line, n in step.items() if n >= SINK_SHARE * every[line] and (n >= 2 or n == sum(step.values()))}
 
 
+Loops = list[tuple[sc.Frame, "LoopFlow | None"]]
+
+
 def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlow | None,
-                   is_update: Callable[[str, str, int], bool]) -> Place:
-    """The part of a sample in the job's own code (category OTHER, not input, not a framework's)."""
+                   is_update: Callable[[str, str, int], bool], outer: Loops | None = None) -> Place:
+    """The part of a sample in the job's own code (category OTHER, not input, not a framework's).
+    `outer`: the functions that call the loop, each with its flow (a `train_step` called from the
+    real loop: what that loop does beside calling it is its own work too)."""
     if sample.leaf_source and _GC_CALL.search(sample.leaf_source):
         return Place("gc", frame_name(sample.stack[-1][0], sample.stack[-1][1], sample.leaf_line))
     leaf_func, leaf_file = sample.stack[-1] if sample.stack else ("?", "")
@@ -147,6 +156,10 @@ def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlo
         return Place("ops", None)
     i = _loop_index(sample, loop) if loop is not None else None
     if i is None or loop is None:
+        for frame, frame_flow in outer or []:
+            if frame in sample.stack:
+                place = own_code_place(sample, frame, frame_flow, is_update)
+                return place if place.part in ("loop_work", "gc", "update") else Place("other", place.at)
         user = _innermost_user(sample)
         called = _called_by_framework(sample)
         if called is not None:  # a callback or hook of the job's, run by a trainer's loop
@@ -253,7 +266,9 @@ def refine(lines: list[BudgetLine], timed: dict[str, float]) -> list[BudgetLine]
     rest = sum(line.share for line in kept)
     room = max(1.0 - sum(timed.values()), 0.0)
     scale = room / rest if rest > 0 else 0.0
-    out = [BudgetLine(line.part, line.share * scale, line.margin * scale, line.at, line.on_cpu) for line in kept]
+    out = [BudgetLine(line.part, line.share * scale, line.margin, line.at, line.on_cpu) for line in kept]
+    if rest <= 0 and room > 0:  # every sampled part was timed: what the timers leave is unnamed
+        out.append(BudgetLine("other", room, room))
     for part, share in timed.items():
         sampled = [line for line in lines if line.part in groups.get(part, (part,))]
         at = next((line.at for line in sampled if line.at), None)
@@ -272,7 +287,7 @@ def refine(lines: list[BudgetLine], timed: dict[str, float]) -> list[BudgetLine]
 
 def sample_part(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlow | None,
                 fetches: Callable[[sc.ThreadSample], bool], framework: Callable[[list[sc.Frame]], str | None],
-                is_update: Callable[[str, str, int], bool]) -> Place:
+                is_update: Callable[[str, str, int], bool], outer: Loops | None = None) -> Place:
     """The part of the step one classified sample of the training thread is in. `fetches` says
     whether the sample is the loop's call for its next batch (step_cycle.input_call)."""
     if sc.compile_state(sample.stack) == "compiling":
@@ -293,7 +308,7 @@ def sample_part(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlow |
     found = framework(sample.stack)
     if found:
         return Place("bookkeeping", found)
-    return own_code_place(sample, loop, flow, is_update)
+    return own_code_place(sample, loop, flow, is_update, outer)
 
 
 def sample_budget(all_main: list[sc.ThreadSample], active_main: list[sc.ThreadSample],
@@ -332,7 +347,26 @@ def flow_of(samples: list[sc.ThreadSample], loop: sc.Frame | None,
         return None
     sinks = sink_lines(samples, loop)
     text = source(loop[1]) if sinks else None
-    return loop_flow(text, loop[0], min(sinks), sinks) if text is not None else None
+    # A function that runs the backward or the update itself hands nothing back to a framework.
+    runs_step = bool(sinks & sink_lines(samples, loop, (sc.BACKWARD, sc.OPTIMIZER)))
+    return loop_flow(text, loop[0], min(sinks), sinks, returns_feed=not runs_step) if text is not None else None
+
+
+def outer_loops(samples: list[sc.ThreadSample], loop: sc.Frame | None,
+                source: Callable[[str], str | None]) -> Loops:
+    """The job's function that calls the loop in its step samples (a `train_step(model, x, y)`
+    called from the real loop), with its flow: the step is its call of the loop."""
+    if loop is None:
+        return []
+    callers: collections.Counter[sc.Frame] = collections.Counter()
+    for s in samples:
+        i = _loop_index(s, loop) if s.category in (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER) else None
+        if i is not None and i > 0 and not is_library(s.stack[i - 1]):
+            callers[s.stack[i - 1]] += s.count
+    if not callers:
+        return []
+    caller = callers.most_common(1)[0][0]
+    return [(caller, flow_of(samples, caller, source))]
 
 
 def line_from_json(row: dict[str, Any]) -> BudgetLine:

@@ -425,7 +425,7 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
                          **({"margins": r.measurement.margins} if r.measurement.margins else {})}
                 for r in walk.path if r.measurement is not None}
     conclusion = walk.conclusion if walk.verdict == "clean" else None
-    if walk.caveat and walk.verdict != "departure":
+    if walk.caveat:  # a departure's caveat: a share whose cause was not named, a walk cut short
         note = f"{note}; {walk.caveat}" if note else walk.caveat
     target = dict(target)
     target["cmdline"] = redact_argv([str(a) for a in target.get("cmdline", [])])

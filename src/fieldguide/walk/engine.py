@@ -55,6 +55,7 @@ class Departure:
     share: float | None = None
     share_name: str | None = None
     at: str | None = None
+    chain: tuple[str, ...] = ()  # the departed node and the nodes that named its cause
 
 
 # Two readings of one fraction further apart than this are worth a word in the node's note.
@@ -298,6 +299,9 @@ class Walk:
         ranked = sorted(best.values(), key=lambda d: -1.0 if d.share is None else -d.share)
         self.departure, self.also = ranked[0], ranked[1:]
         self.current = None
+        if self._unnamed:  # a share that departed without a cause is said, not dropped
+            said = "also departing, its cause not named: " + "; ".join(self._unnamed)
+            self.caveat = f"{self.caveat}; {said}" if self.caveat else said
 
     def run(self, on_result: Callable[[NodeResult], None] | None = None,
             stop: Callable[[], bool] = lambda: False) -> None:
@@ -306,10 +310,15 @@ class Walk:
             result = self.step(stop)
             if on_result is not None and result is not None:
                 on_result(result)
+        if not self.finished and self._named:  # cut short: the causes named so far stand
+            self.caveat = "the walk was cut short: shares after the last node walked were not measured"
+            self._finish()
 
     def _stop_inconclusive(self, reason: str) -> None:
         self.caveat = reason
         self.current = None
+        if self._named:  # causes already named stand; the reason the walk went no further is said
+            self._finish()
 
     def _follow(self, edge: Edge) -> None:
         if edge.kind == "node":
@@ -366,7 +375,7 @@ class Walk:
             node=where.node, cause=cause, measured=measured, expected=expected, summary=summary, evidence=evidence,
             share=float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else None,
             share_name=share_node.share if share_node is not None else None,
-            at=str(at) if at else None))
+            at=str(at) if at else None, chain=tuple(r.node for r in self.path[start:])))
         if self._resume is not None:  # a share node's cause: the survey goes on past it
             self._go_on()
             return

@@ -143,6 +143,8 @@ class WalkDriver:
         walk = self.session.walk
         if walk.departure is None:
             return []
+        if walk.departure.chain:  # the walk went on past it (the step's other shares): its own chain only
+            return list(walk.departure.chain)
         ids = [r.node for r in walk.path]
         start = ids.index(walk.departure.node) if walk.departure.node in ids else 0
         return ids[start:]
