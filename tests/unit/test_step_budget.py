@@ -253,8 +253,8 @@ def test_the_report_carries_the_budget_and_the_other_departures(slow_training) -
     assert again.budget == findings.budget and again.also_departing == findings.also_departing
     md = to_markdown(again)
     assert "### Step budget" in md and "### Also departing" in md
-    assert "| file and network I/O | 38% ± 5% (timed) | ███████▋ | `main (train.py:48)` | yes |" in md
-    assert "Outside the model's own work, 10% or more of the step: file and network I/O 38% at " in md
+    assert "| file/network I/O | 38% ± 5% (timed) | ███████▋ | `main (train.py:48)` | yes |" in md
+    assert "Outside the model's own work, 10% or more of the step: file/network I/O 38% at " in md
 
 
 def test_a_callback_a_trainer_runs_is_the_jobs_own_work_and_a_training_step_return_feeds() -> None:
