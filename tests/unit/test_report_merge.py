@@ -286,3 +286,41 @@ def test_a_rank_one_point_three_times_slower_whose_peers_wait_is_named(tmp_path:
     merged = json.loads(capsys.readouterr().out)
     assert merged["straggler"]["rank"] == 1 and merged["straggler"]["own_work_ratio"] == pytest.approx(1.301, abs=0.001)
     assert merged["slow_node"]["ranks"] == [1] and merged["slow_node"]["slowest_wait_ratio"] == pytest.approx(0.185, abs=0.001)
+
+
+@pytest.mark.parametrize(("world", "needle"), [
+    (10**12, "says the job has 1000000000000 ranks: not a world size"),
+    (0, "says the job has 0 ranks: not a world size"),
+    (2**20 + 1, "not a world size (1 to 1048576)"),
+])
+def test_a_crafted_world_size_is_refused_at_once_and_small(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           world: int, needle: str) -> None:
+    """Issue 33 H4: `world_size: 10**12` built set(range(10**12)) and took the machine's memory."""
+    import resource
+    import time
+
+    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 100.0, 0.1)]), world)
+    b = with_job(report(conclusion="device.compute_bound", ranks=[rank(1, "b", 100.0, 0.1)]), world)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b))]) == 2
+    assert time.monotonic() - started < 2.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # KB: under 200 MB more
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_large_world_with_few_ranks_names_the_first_missing_without_building_the_range(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 100.0, 0.1)]), 2**20)
+    b = with_job(report(conclusion="device.compute_bound", ranks=[rank(1, "b", 100.0, 0.1)]), 2**20)
+    assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b))]) == 2
+    err = capsys.readouterr().err
+    assert "the job has 1048576 ranks and these reports hold 2: ranks 2, 3, 4, 5, 6, 7, 8, 9, ... are missing" in err
+
+
+def test_a_rank_outside_the_world_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = with_job(report(conclusion="device.compute_bound", ranks=[rank(0, "a", 100.0, 0.1)]), 2)
+    b = with_job(report(conclusion="device.compute_bound", ranks=[rank(7, "b", 100.0, 0.1)]), 2)
+    assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b))]) == 2
+    assert "holds rank 7, outside the job's 2 ranks" in capsys.readouterr().err

@@ -9,6 +9,8 @@ sees. Pure apart from reading the reports and writing the result.
 
 from __future__ import annotations
 
+import itertools
+
 import json
 import socket
 import statistics
@@ -76,6 +78,11 @@ def _rank_numbers(f: Findings) -> set[int]:
     return {int(r["rank"]) for r in f.ranks if isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool)}
 
 
+# The largest world size a report may claim: torchrun and Slurm jobs run to tens of thousands of
+# ranks; a report claiming more is not one (a crafted 10**12 once built a range of that size).
+MAX_WORLD_SIZE = 1 << 20
+
+
 def check_together(reports: list[tuple[str, Findings]]) -> None:
     """FieldguideError (one line, exit 2) for reports that are not the nodes of one job's walk:
     different playbooks, different jobs (run id or rendezvous), one node's ranks in two reports, or
@@ -99,9 +106,22 @@ def check_together(reports: list[tuple[str, Findings]]) -> None:
                 raise FieldguideError(f"report merge: {owner[number]} and {path} both hold rank {number}: "
                                       "the same node twice, or reports of two runs")
             owner[number] = path
-    worlds = {job["world_size"] for _, job in jobs if isinstance(job.get("world_size"), int)}
+    worlds = {job["world_size"] for _, job in jobs
+              if isinstance(job.get("world_size"), int) and not isinstance(job.get("world_size"), bool)}
+    too_large = [(path, job["world_size"]) for path, job in jobs if job.get("world_size") in worlds
+                 and not 0 < job["world_size"] <= MAX_WORLD_SIZE]
+    if too_large:
+        path, size = too_large[0]
+        raise FieldguideError(f"report merge: {path} says the job has {size} ranks: not a world size "
+                              f"(1 to {MAX_WORLD_SIZE})")
+    strays = [(owner[n], n) for n in owner if not 0 <= n < max(worlds or {MAX_WORLD_SIZE})]
+    if strays:
+        path, number = strays[0]
+        raise FieldguideError(f"report merge: {path} holds rank {number}, outside the job's "
+                              f"{max(worlds or {MAX_WORLD_SIZE})} ranks")
     if worlds and owner and len(owner) < max(worlds):
-        missing = sorted(set(range(max(worlds))) - set(owner))
+        # The first few missing, counted without making the range (a world of a million ranks).
+        missing = list(itertools.islice((n for n in range(max(worlds)) if n not in owner), 9))
         shown = ", ".join(map(str, missing[:8])) + (", ..." if len(missing) > 8 else "")
         raise FieldguideError(f"report merge: the job has {max(worlds)} ranks and these reports hold {len(owner)}: "
                               f"ranks {shown} are missing (add the reports of their nodes)")
