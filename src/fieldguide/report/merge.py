@@ -10,7 +10,6 @@ sees. Pure apart from reading the reports and writing the result.
 from __future__ import annotations
 
 import itertools
-
 import json
 import socket
 import statistics
