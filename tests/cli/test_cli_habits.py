@@ -93,3 +93,46 @@ def test_launch_arm_keeps_each_capability_once() -> None:
     oom = find_playbook("oom")
     assert launch_arm(oom) == oom.arm
     assert launch_arm(oom, ("memory:history", "memory:history")) == (*oom.arm, "memory:history")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
+@pytest.mark.parametrize("words", [["fieldguide", "diagnose", "--playbook", ""], ["fieldguide", "explain", ""],
+                                   ["fieldguide", "diagnose", "--pid", ""]])
+def test_completion_never_expands_what_it_completes(tmp_path: Path, words: list[str]) -> None:
+    """Issue 33 H3: `compgen -W "$(fieldguide playbooks)"` ran `$(touch${IFS}PWNED)` in a playbook id
+    when Tab was pressed. A `fieldguide` that prints hostile ids: none is offered, nothing runs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = main_script(tmp_path)
+    shim = bin_dir / "fieldguide"
+    shim.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = completion ]; then exec " + sys.executable + " -m fieldguide \"$@\"; fi\n"
+                    "printf '%s\\n' 'x$(touch${IFS}PWNED) a hostile one' '`touch PWNED2`' 'good-id  fine' "
+                    "'$(touch PWNED3)'\n")
+    shim.chmod(0o755)
+    quoted = " ".join(f"'{w}'" for w in words)
+    run = (f'cd {script}; eval "$(fieldguide completion bash)"; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; '
+           '_fieldguide; printf "%s\\n" "${COMPREPLY[@]}"')
+    done = subprocess.run(["bash", "-c", run], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    assert not any(p.name.startswith("PWNED") for p in script.iterdir())
+    if words[-2] != "--pid":
+        assert set(done.stdout.split()) == {"good-id"}
+
+
+def main_script(tmp_path: Path) -> Path:
+    where = tmp_path / "cwd"
+    where.mkdir()
+    return where
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash here")
+def test_pid_completion_does_not_need_user(tmp_path: Path) -> None:
+    """Root in a container often has no $USER: the pids are still the caller's python processes."""
+    run = ('eval "$(' + sys.executable + ' -m fieldguide completion bash)"; COMP_WORDS=(fieldguide diagnose --pid ""); '
+           'COMP_CWORD=3; _fieldguide; printf "%s\\n" "${COMPREPLY[@]}"')
+    env = {k: v for k, v in os.environ.items() if k != "USER"}
+    done = subprocess.run(["bash", "-c", run], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert all(word.isdigit() for word in done.stdout.split()), done.stdout

@@ -380,3 +380,67 @@ async def test_the_tui_picker_shows_the_good_playbooks_beside_bad_files(tmp_path
         warnings = [n.message for n in app._notifications]
         assert len(warnings) == len(bad) and app.is_running
     app.close_targets()
+
+
+# --- issue 33 H3: nothing from a playbook reaches a shell or a process environment unchecked ----------
+
+PAGE = """\
+{cause_id}:
+  title: A page
+  summary: '{summary}'
+  why: To see what a colleague's page may do.
+  fix:
+    - Nothing.
+  verify: Never.
+{experiment}"""
+
+
+def page(cause_id: str = "test.page", summary: str = "fine", experiment: str = "") -> str:
+    return PAGE.format(cause_id=cause_id, summary=summary, experiment=experiment)
+
+
+@pytest.mark.parametrize("bad_id", ["x$(touch${IFS}PWNED)", "a`id`", "two words", "semi;colon"])
+def test_a_playbook_or_node_id_that_is_no_id_is_refused_in_one_line(tmp_path: Path, bad_id: str) -> None:
+    for text in (GOOD.replace("id: good\n", f"id: '{bad_id}'\n", 1),
+                 playbook("good", [node(f"'{bad_id}'", LEAF)], start=f"'{bad_id}'")):
+        path = tmp_path / "pb.yaml"
+        path.write_text(text)
+        with pytest.raises(PlaybookError) as info:
+            load_playbook(path)
+        said = str(info.value)
+        assert "must be letters, digits" in said and len(said.splitlines()) == 1, said
+
+
+@pytest.mark.parametrize("bad_id", ["'x$(touch${IFS}PWNED).y'", "'a.b c'", "nodot"])
+def test_a_cause_id_that_is_no_id_is_refused(tmp_path: Path, bad_id: str) -> None:
+    from fieldguide.playbook.causes import load_causes
+
+    (tmp_path / "causes.yaml").write_text(page(bad_id))
+    with pytest.raises(PlaybookError, match="must be area.name of letters"):
+        load_causes(tmp_path)
+
+
+@pytest.mark.parametrize("variable", ["PYTHONPATH", "LD_PRELOAD", "BASH_ENV", "PYTHONSTARTUP", "PATH"])
+def test_an_experiment_may_not_set_a_variable_that_loads_code(tmp_path: Path, variable: str) -> None:
+    from fieldguide.playbook.causes import load_causes
+
+    (tmp_path / "causes.yaml").write_text(page(experiment=f"  experiment:\n    env: {{{variable}: /tmp/x}}\n"))
+    with pytest.raises(PlaybookError) as info:
+        load_causes(tmp_path)
+    assert f"not {variable}" in str(info.value) and "env may set only" in str(info.value)
+
+
+def test_an_experiment_may_set_a_known_setting(tmp_path: Path) -> None:
+    from fieldguide.playbook.causes import load_causes
+
+    (tmp_path / "causes.yaml").write_text(page(experiment="  experiment:\n    env: {OMP_NUM_THREADS: 4}\n"))
+    assert load_causes(tmp_path)["test.page"].experiment["env"] == {"OMP_NUM_THREADS": "4"}
+
+
+@pytest.mark.parametrize("summary", ["{x:>9999999999}", "{x:.99999f}", "{x:01000d}"])
+def test_a_format_width_or_precision_over_three_digits_is_refused_at_load(tmp_path: Path, summary: str) -> None:
+    from fieldguide.playbook.causes import load_causes
+
+    (tmp_path / "causes.yaml").write_text(page(summary=summary))
+    with pytest.raises(PlaybookError, match="at most 3 digits"):
+        load_causes(tmp_path)

@@ -9,8 +9,10 @@ import argparse
 SHELLS = ("bash", "zsh", "fish")
 
 # What completes a value, by option or positional: a playbook id, a cause id, a pid, a path.
-PLAYBOOK_IDS = "fieldguide playbooks 2>/dev/null | cut -d' ' -f1"
-CAUSE_IDS = "fieldguide explain --list 2>/dev/null"
+# (fish offers each line of a command's output as it is, without evaluating it; the ids are
+# filtered to id characters all the same.)
+PLAYBOOK_IDS = "fieldguide playbooks 2>/dev/null | string match -r '^[A-Za-z0-9._-]+'"
+CAUSE_IDS = "fieldguide explain --list 2>/dev/null | string match -r '^[A-Za-z0-9._-]+'"
 
 
 def commands(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
@@ -38,6 +40,18 @@ def _bash(table: dict[str, list[str]]) -> str:
     names = " ".join(n for n in table if n)
     cases = "\n".join(f"        {name}) opts=\"{' '.join(opts)}\" ;;" for name, opts in table.items() if name)
     return f"""# fieldguide completion for bash: eval "$(fieldguide completion bash)" (e.g. in ~/.bashrc)
+# Ids are read a line at a time and offered only when they are ids: nothing a playbook or a cause
+# page says is ever expanded by the shell (compgen -W "$(...)" would run `$(...)` inside an id).
+_fieldguide_ids() {{
+    local id
+    while IFS= read -r id; do
+        id="${{id%% *}}"
+        [[ "$id" =~ ^[A-Za-z0-9._-]+$ && "$id" == "$cur"* ]] && COMPREPLY+=("$id")
+    done < <("$@" 2>/dev/null)
+}}
+_fieldguide_playbook_ids() {{ fieldguide playbooks; }}
+_fieldguide_cause_ids() {{ fieldguide explain --list; }}
+_fieldguide_pids() {{ pgrep -u "${{USER:-$(id -un)}}" python; }}
 _fieldguide() {{
     local cur prev cmd opts i
     cur="${{COMP_WORDS[COMP_CWORD]}}"
@@ -47,8 +61,8 @@ _fieldguide() {{
         [[ -z "$cmd" && "${{COMP_WORDS[i]}}" != -* ]] && cmd="${{COMP_WORDS[i]}}"
     done
     case "$prev" in
-        --playbook) COMPREPLY=($(compgen -W "$({PLAYBOOK_IDS})" -- "$cur")); return 0 ;;
-        --pid) COMPREPLY=($(compgen -W "$(pgrep -u "$USER" python 2>/dev/null)" -- "$cur")); return 0 ;;
+        --playbook) COMPREPLY=(); _fieldguide_ids _fieldguide_playbook_ids; return 0 ;;
+        --pid) COMPREPLY=(); _fieldguide_ids _fieldguide_pids; return 0 ;;
         --report|--output|-o) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --format) COMPREPLY=($(compgen -W "json md html" -- "$cur")); return 0 ;;
     esac
@@ -59,7 +73,7 @@ _fieldguide() {{
 {cases}
     esac
     if [[ "$cmd" == explain && "$cur" != -* ]]; then
-        COMPREPLY=($(compgen -W "$({CAUSE_IDS})" -- "$cur")); return 0
+        COMPREPLY=(); _fieldguide_ids _fieldguide_cause_ids; return 0
     fi
     if [[ "$cmd" == report && "$cur" != -* ]]; then
         COMPREPLY=($(compgen -f -- "$cur")); return 0
@@ -92,7 +106,7 @@ def _fish(table: dict[str, list[str]]) -> str:
             elif opt == "--format":
                 extra = " -r -a 'json md html'"
             elif opt == "--pid":
-                extra = " -r -a '(pgrep -u $USER python)'"
+                extra = " -r -a '(pgrep -u (id -un) python)'"
             lines.append(f"complete -c fieldguide -n '{when}' -l {opt[2:]}{extra}")
     lines.append(f"complete -c fieldguide -n '__fish_seen_subcommand_from explain' -a '({CAUSE_IDS})'")
     lines.append("complete -c fieldguide -n '__fish_seen_subcommand_from report' -F")

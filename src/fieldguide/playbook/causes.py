@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fieldguide.playbook.schema import Cause, template_fields
+from fieldguide.playbook.schema import Cause, check_id, template_fields
 from fieldguide.playbook.source import (
     PlaybookError,
     check_fields,
     is_file,
     playbook_dirs,
     read_playbook_file,
+    shown,
     text_field,
 )
 from fieldguide.playbook.yamlread import LineDict
@@ -19,6 +20,13 @@ from fieldguide.playbook.yamlread import LineDict
 CAUSES_FILE = "causes.yaml"
 CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify", "experiment"}
 EXPERIMENT_FIELDS = {"override", "values", "env", "none"}
+# What an experiment may set in the relaunched job's environment: settings of torch, CUDA and the
+# thread pools, never a variable that loads code (PYTHONPATH, LD_PRELOAD, BASH_ENV, PYTHONSTARTUP).
+EXPERIMENT_ENV = frozenset({
+    "FIELDGUIDE_OVERRIDES", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS", "TORCH_COMPILE_DISABLE", "TORCHDYNAMO_DISABLE", "TORCH_LOGS", "CUDA_MODULE_LOADING",
+    "NCCL_DEBUG", "PYTORCH_NO_CUDA_MEMORY_CACHING", "TORCHINDUCTOR_FX_GRAPH_CACHE",
+})
 
 
 def load_causes(directory: Path) -> dict[str, Cause]:
@@ -32,6 +40,9 @@ def load_causes(directory: Path) -> dict[str, Cause]:
         if not isinstance(data, LineDict):
             raise PlaybookError(path, 1, "must be a mapping of cause ids to pages")
         for cause_id, page in data.items():
+            if not isinstance(cause_id, str) or not check_id(cause_id) or "." not in cause_id:
+                raise PlaybookError(path, data.line_of(cause_id), f"cause id {shown(repr(cause_id))} must be "
+                                    "area.name of letters, digits, '.', '_' and '-'", field="id")
             if cause_id in causes:
                 continue
             if not isinstance(page, LineDict):
@@ -80,6 +91,13 @@ def _experiment(page: LineDict, path: Path, cause_id: str) -> dict[str, Any] | N
                             field="experiment")
     if env is not None and (not isinstance(env, dict) or not all(isinstance(v, (str, int)) for v in env.values())):
         raise PlaybookError(*where, "env must map variables to values", node=f"cause {cause_id}", field="experiment")
+    refused = sorted(str(k) for k in (env or {}) if str(k) not in EXPERIMENT_ENV)
+    if refused:  # PYTHONPATH, LD_PRELOAD, BASH_ENV... would run a colleague's code in the relaunched job
+        raise PlaybookError(*where, f"env may set only {', '.join(sorted(EXPERIMENT_ENV))}; not "
+                            f"{shown(refused[0])}", node=f"cause {cause_id}", field="experiment")
+    if any("\n" in str(v) or "\0" in str(v) or len(str(v)) > 1000 for v in (env or {}).values()):
+        raise PlaybookError(*where, "env values must be one line of at most 1000 characters",
+                            node=f"cause {cause_id}", field="experiment")
     if override is None and env is None:
         raise PlaybookError(*where, "needs an override with values, an env, or none", node=f"cause {cause_id}",
                             field="experiment")

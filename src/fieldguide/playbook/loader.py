@@ -11,7 +11,7 @@ from fieldguide.errors import BadInput
 from fieldguide.playbook.causes import CAUSES_FILE, load_causes
 from fieldguide.playbook.expect import Expectation, ExpectationSyntaxError, parse_expectation
 from fieldguide.playbook.graph import check_acyclic
-from fieldguide.playbook.schema import Edge, MeasureOption, Node, Playbook, template_fields
+from fieldguide.playbook.schema import Edge, MeasureOption, Node, Playbook, check_id, template_fields
 from fieldguide.playbook.source import (
     WATCH_FILE,
     PlaybookError,
@@ -215,6 +215,9 @@ def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
         raise PlaybookError(path, 1, "a playbook must be a mapping with id, title, purpose, start, nodes")
     check_fields(data, PLAYBOOK_FIELDS, path, None)
     playbook_id = text_field(data, "id", path, None)
+    if not check_id(playbook_id):
+        raise PlaybookError(path, data.line_of("id"), f"playbook id {shown(repr(playbook_id))} must be letters, "
+                            "digits, '.', '_' and '-'", field="id")
     raw_nodes = data.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise PlaybookError(path, data.line_of("nodes"), "must be a non-empty list of nodes", field="nodes")
@@ -226,6 +229,9 @@ def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
         node_id = raw.get("id")
         if not isinstance(node_id, str) or not node_id:
             raise PlaybookError(path, raw.line, "is missing", field="id")
+        if not check_id(node_id):
+            raise PlaybookError(path, raw.line, f"node id {shown(repr(node_id))} must be letters, digits, '.', '_' "
+                                "and '-'", field="id")
         if node_id in nodes:
             raise PlaybookError(path, raw.line, "duplicate node id", node=node_id, field="id")
         check_fields(raw, NODE_FIELDS, path, node_id)

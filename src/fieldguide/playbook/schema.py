@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,8 +104,21 @@ class _SafeFormatter(string.Formatter):
             return str(value)
 
 
+# A format spec's width and precision: at most three digits each (`{x:>9999999999}` once built a
+# 10 GB string from a colleague's causes.yaml).
+_SPEC_NUMBER = re.compile(r"\d{4,}")
+# Playbook, node and cause ids: they reach completion scripts and file names.
+ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_id(value: str) -> bool:
+    """An id of the form playbooks and causes use: letters, digits, '.', '_' and '-', one line."""
+    return bool(ID_PATTERN.fullmatch(value)) and len(value) <= 200
+
+
 def template_fields(template: str) -> list[str]:
-    """The names a template uses; raises ValueError if it uses anything but plain names."""
+    """The names a template uses; raises ValueError if it uses anything but plain names, or a
+    width or precision over three digits."""
     names = []
     for _, name, spec, conversion in string.Formatter().parse(template):
         if name is None:
@@ -113,6 +127,8 @@ def template_fields(template: str) -> list[str]:
             raise ValueError(f"template field {{{name}}} must be a plain value name")
         if spec and "{" in spec:
             raise ValueError("nested template fields are not allowed")
+        if spec and _SPEC_NUMBER.search(spec):
+            raise ValueError(f"template field {{{name}:{spec}}}: a width or precision of at most 3 digits")
         names.append(name)
     return names
 
