@@ -11,7 +11,14 @@ from fieldguide.errors import BadInput
 from fieldguide.playbook.causes import CAUSES_FILE, load_causes
 from fieldguide.playbook.expect import Expectation, ExpectationSyntaxError, parse_expectation
 from fieldguide.playbook.graph import check_acyclic
-from fieldguide.playbook.schema import Edge, MeasureOption, Node, Playbook, check_id, template_fields
+from fieldguide.playbook.schema import (
+    Edge,
+    MeasureOption,
+    Node,
+    Playbook,
+    check_id,
+    template_fields,
+)
 from fieldguide.playbook.source import (
     WATCH_FILE,
     PlaybookError,
