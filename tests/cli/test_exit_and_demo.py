@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_bad_input import assert_one_line_error
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_fieldguide
 
 SRC = str(ROOT / "src")
 
@@ -82,3 +82,18 @@ def test_demo_python_with_torch_is_used_for_the_job(monkeypatch: pytest.MonkeyPa
     assert cli.demo_command() == [sys.executable, str(workloads.path(workloads.DEMO))]
     monkeypatch.delenv("FIELDGUIDE_DEMO_PYTHON")
     assert cli.demo_command()[0] == sys.executable
+
+
+def test_a_watch_whose_job_crashes_exits_3_not_0(tmp_path: Path) -> None:
+    """Issue 33: `fieldguide watch -- python train.py && echo healthy` said healthy for a job that
+    never started (status 2, no step): a crashed or killed job, or one that ended before its baseline,
+    gives 3, as `diagnose` does, and the end event says why."""
+    import json
+    import sys
+
+    folder = tmp_path / "watch"
+    proc = run_fieldguide("watch", "--report-dir", str(folder), "--", sys.executable, str(tmp_path / "nosuchscript.py"),
+                          timeout=60)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    end = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()][-1]
+    assert end["kind"] == "end" and end["job_failed"] == "exited with status 2"

@@ -10,6 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from fieldguide.frontends.watchline import event_line
 from fieldguide.watch.detect import SeriesShape
 from fieldguide.watch.rules import load_rules
@@ -66,6 +68,11 @@ class Target:
 
     def alive(self) -> bool:
         return self.alive_now
+
+    ended: dict[str, Any] | None = None  # Target.ending(): how the job ended on its own
+
+    def ending(self) -> dict[str, Any] | None:
+        return None if self.alive_now else self.ended
 
     def gone_reason(self) -> str:
         return "the target exited with status 0"
@@ -236,3 +243,25 @@ def test_a_launched_source_takes_only_the_items_it_has_not_seen(monkeypatch) -> 
             server.close()
             for end in ends:
                 end.close()
+
+
+@pytest.mark.parametrize(("ended", "at", "failed"), [
+    ({"code": 2, "signal": None}, 1010, "exited with status 2"),  # python nosuchscript.py
+    ({"code": None, "signal": "SIGKILL"}, 1200, "killed by SIGKILL"),  # the OOM killer, mid-watch
+    ({"code": 0, "signal": None}, 1005, "ended before its baseline was learned"),
+    ({"code": 0, "signal": None}, 1200, None),
+])
+def test_the_watchs_exit_status_says_how_the_job_ended(tmp_path: Path, ended: dict[str, Any], at: float,
+                                                        failed: str | None) -> None:
+    """Issue 33: `fieldguide watch -- python train.py && echo healthy` said healthy for a crash."""
+    sentinel, clock, target = make(tmp_path, lambda t: 50.0, [])
+    drive(sentinel, clock, at)
+    target.alive_now, target.ended = False, ended
+    drive(sentinel, clock, at + 10)
+    end = sentinel.events[-1]
+    assert end["kind"] == "end"
+    if failed is None:
+        assert sentinel.exit_status == 0 and "job_failed" not in end
+    else:
+        assert sentinel.exit_status == 3 and failed in end["job_failed"]
+        assert failed in event_line(end)

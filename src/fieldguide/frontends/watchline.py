@@ -79,7 +79,8 @@ def event_line(event: dict[str, Any]) -> str:
                f"{event.get('walk_s', 0):.0f} s walk){tail}"
     if kind == "end":
         count = event.get("departures", 0)
-        return f"{t}  end        {event['why']}; {count} departure{'s' if count != 1 else ''}"
+        failed = f"; the job {event['job_failed']}" if event.get("job_failed") else ""
+        return f"{t}  end        {event['why']}; {count} departure{'s' if count != 1 else ''}{failed}"
     return f"{t}  {kind:<10} {event.get('error', '')}"
 
 
@@ -118,4 +119,4 @@ def watch_headless(sentinel: Any, target: Any) -> int:
         sentinel.run()
     finally:
         target.close()
-    return 1 if sentinel.departures else 0
+    return int(sentinel.exit_status)

@@ -76,6 +76,9 @@ class Sentinel:
         self.departures = 0
         self.ended: str | None = None
         self.failure: str | None = None  # the watch itself could not go on (said in its end event)
+        # The job itself ended badly: it crashed, a signal killed it, or it ended before its
+        # baseline (nothing was watched). The watch then exits 3, as `diagnose` does.
+        self.job_failed: str | None = None
         self.stop_requested = threading.Event()
         self.lock = threading.Lock()  # the dashboard reads what tick() writes
         # A walk's end is reported once (by the loop, or by stop() from the TUI), and before the end event.
@@ -123,7 +126,8 @@ class Sentinel:
                 walking.error = walking.error or "the walk did not end within 15 s of the watch's end"
             self._walk_done(walking)
         with self._walk_lock:  # a walk the loop is reporting right now is reported first
-            self.emit("end", why=why, departures=self.departures)
+            said = {"job_failed": self.job_failed} if self.job_failed else {}
+            self.emit("end", why=why, departures=self.departures, **said)
 
     def tick(self, now: float) -> None:
         """One poll: new points, then the phase's step."""
@@ -171,7 +175,15 @@ class Sentinel:
         elif not self.source.job_alive():
             walking = self.walking
             if walking is None or walking.done.is_set():
+                self.job_failed = job_failure(self.target.ending(), bool(self.baseline))
                 self.finish(self.target.gone_reason() or "the job ended")
+
+    @property
+    def exit_status(self) -> int:
+        """3 when the job crashed, was killed or ended before its baseline; else 1 when it departed."""
+        if self.job_failed or self.failure:
+            return 3
+        return 1 if self.departures else 0
 
     # -- departures -----------------------------------------------------------------------------
     def signal(self, signal_id: str) -> Signal:
@@ -259,3 +271,16 @@ class Sentinel:
             except OSError:  # stdout closed (`| head`): events.jsonl still has every event
                 self.on_event = None
         return event
+
+
+def job_failure(ending: dict[str, Any] | None, baseline: bool) -> str | None:
+    """Why a job that ended under the watch ended badly (a non-zero exit, a signal, no baseline
+    learned), or None for a job that trained, was watched and exited 0 (or whose status only its
+    parent can read, once watched)."""
+    if ending is not None and ending.get("signal"):
+        return f"killed by {ending['signal']}"
+    if ending is not None and ending.get("code") not in (0, None):
+        return f"exited with status {ending['code']}"
+    if not baseline:
+        return "ended before its baseline was learned: nothing was watched"
+    return None

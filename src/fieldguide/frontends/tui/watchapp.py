@@ -59,7 +59,7 @@ class WatchApp(App[int]):
             self.sentinel.stop("quit by the user")
             self.target.close()
         finally:
-            self.call_from_thread(self.exit, 1 if self.sentinel.departures else 0)
+            self.call_from_thread(self.exit, self.sentinel.exit_status)
 
 
 def run_watch_app(sentinel: Any, target: Any) -> int:
@@ -78,4 +78,4 @@ def run_watch_app(sentinel: Any, target: Any) -> int:
     count = sentinel.departures
     print(f"fieldguide watch: {sentinel.ended}; {count} departure{'s' if count != 1 else ''}; events in "
           f"{sentinel.report_dir / EVENTS_FILE}", file=sys.stderr)
-    return 1 if count else 0
+    return int(sentinel.exit_status)
