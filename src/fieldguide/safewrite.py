@@ -95,6 +95,52 @@ def private_directory(path: Path) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{path.name}-", dir=path.parent))
 
 
+def own_directory(path: Path) -> Path:
+    """`path` as a directory only this user can write into: made (0700, exclusively) if missing;
+    used if it is this user's own real directory that others cannot write; UnsafePath otherwise
+    (a link, another user's directory, one others may write, a file)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700)
+        return path
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise UnsafePath(f"{path} is a symbolic link; give a directory of your own")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafePath(f"{path} exists and is not a directory")
+    if info.st_uid != os.geteuid():
+        raise UnsafePath(f"{path} belongs to another user (uid {info.st_uid}); give a directory of your own")
+    if info.st_mode & 0o022:
+        raise UnsafePath(f"{path} may be written by others (mode {stat.S_IMODE(info.st_mode):o}); give a private one")
+    return path
+
+
+def check_writable(directory: Path) -> None:
+    """OSError unless a file can be created in `directory`: one made exclusively under an
+    unpredictable name, never through a link or a pipe planted there, then removed."""
+    fd, tmp = _create_temporary(Path(directory) / ".fieldguide-write-check", 0o600)
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to this user's own regular file at `path` (made 0600 if missing), never
+    through a link, and never blocking on a pipe planted there (OSError for anything but a file)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) \
+        | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            raise UnsafePath(f"{path} is not a regular file of this user's")
+        _write_all(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
 def write_text(path: Path, text: str) -> Path:
     """Write `text` to `path` (UTF-8); UnsafePath for a path `refusal` refuses, else OSError as
     the operating system reports it (ENOSPC: the disk is full), with the temporary file removed

@@ -109,3 +109,69 @@ def test_launch_env_puts_the_trace_in_a_private_folder_beside_the_report(tmp_pat
     trace = Path(env["TORCH_TRACE"])
     assert trace.parent == tmp_path.resolve() and trace.is_dir() and not trace.is_symlink()
     assert trace.name.startswith("r-torch-trace-")
+
+
+# --- issue 33 H1: the watch's report directory and its events file --------------------------------
+
+def test_a_report_dir_that_is_a_link_others_may_write_or_not_ours_is_refused(tmp_path: Path) -> None:
+    from fieldguide.errors import FieldguideError
+    from fieldguide.frontends.watchline import prepare_report_dir
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere)
+    with pytest.raises(FieldguideError, match="is a symbolic link"):
+        prepare_report_dir(link)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(FieldguideError, match="may be written by others"):
+        prepare_report_dir(shared)
+    assert list(elsewhere.iterdir()) == [] and list(shared.iterdir()) == []
+    mine = tmp_path / "mine"
+    assert prepare_report_dir(mine) == mine and oct(mine.stat().st_mode & 0o777) == "0o700"
+    assert prepare_report_dir(mine) == mine  # ours, private: used again
+    assert list(mine.iterdir()) == []  # the write check leaves nothing
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand a directory to another user")
+def test_another_users_directory_is_refused(tmp_path: Path) -> None:
+    from fieldguide.errors import FieldguideError
+    from fieldguide.frontends.watchline import prepare_report_dir
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(FieldguideError, match="belongs to another user"):
+        prepare_report_dir(theirs)
+
+
+def test_the_default_report_dir_cannot_be_guessed() -> None:
+    from fieldguide.frontends.watchline import default_report_dir
+
+    assert len({default_report_dir() for _ in range(20)}) == 20
+
+
+def test_events_are_never_written_through_a_link_or_into_a_pipe(tmp_path: Path) -> None:
+    import time
+
+    from fieldguide.safewrite import append_line
+
+    secret = tmp_path / "root-only"
+    secret.write_text("keep")
+    secret.chmod(0o600)
+    (tmp_path / "events.jsonl").symlink_to(secret)
+    with pytest.raises(OSError):
+        append_line(tmp_path / "events.jsonl", "x\n")
+    assert secret.read_text() == "keep"
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        append_line(fifo, "x\n")  # no reader: refused at once, never a hang
+    assert time.monotonic() - started < 1.0
+    append_line(tmp_path / "new.jsonl", "a\n")
+    append_line(tmp_path / "new.jsonl", "b\n")
+    assert (tmp_path / "new.jsonl").read_text() == "a\nb\n"
+    assert oct((tmp_path / "new.jsonl").stat().st_mode & 0o777) == "0o600"

@@ -15,21 +15,24 @@ SERIES_LABELS = {"step_ms": "step", "input_share": "input", "memory_mb": "memory
 
 
 def default_report_dir() -> Path:
-    return Path(f"fieldguide-watch-{datetime.now().strftime('%Y%m%d-%H%M%S')}")
+    """A new name each time, not to be guessed: in a shared directory another user could otherwise
+    make the folder (or a link) a watch started at that second would write into."""
+    import secrets
+
+    return Path(f"fieldguide-watch-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}")
 
 
 def prepare_report_dir(path: Path) -> Path:
-    """The directory for the reports and events.jsonl, made if missing: one line if it cannot be."""
+    """The directory for the reports and events.jsonl: made private if missing, or this user's own
+    real directory others cannot write; one line (exit 2) for anything else or if it cannot be written."""
+    from fieldguide.safewrite import check_writable, own_directory
+
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except FileExistsError:
-        raise FieldguideError(f"--report-dir {path}: exists and is not a directory") from None
+        own_directory(path)
     except OSError as err:
         raise FieldguideError(f"--report-dir {path}: {err.strerror or err}") from None
-    probe = path / ".fieldguide-write-check"
     try:
-        probe.write_text("")
-        probe.unlink()
+        check_writable(path)
     except OSError as err:
         raise FieldguideError(f"--report-dir {path}: cannot write there ({err.strerror or err})") from None
     return path

@@ -10,7 +10,6 @@ whose own windows are not the job's rhythm. Every event is one JSON line in even
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from fieldguide.safewrite import append_line
 from fieldguide.watch.detect import Detector, Reading, learn
 from fieldguide.watch.rules import Signal, WatchRules
 from fieldguide.watch.store import SeriesStore
@@ -259,9 +259,7 @@ class Sentinel:
         self.events.append(event)
         line = json.dumps(event, default=str)
         try:
-            fd = os.open(self.report_dir / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "a") as out:
-                out.write(line + "\n")
+            append_line(self.report_dir / EVENTS_FILE, line + "\n")  # never through a link or a pipe
         except OSError:
             pass  # the directory was checked at the start; a full disk must not end the watch
         listener = self.on_event
