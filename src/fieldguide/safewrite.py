@@ -141,6 +141,34 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
+def copy_file(source: Path, target: Path) -> Path:
+    """Copy `source` to `target` as `write_text` writes: a new file made exclusively beside it under
+    an unpredictable name, then renamed over it (a link planted at `target` is replaced, never
+    followed). A target that already is the source is left as it is."""
+    source, target = Path(source), Path(target)
+    try:
+        if os.path.samefile(source, target):
+            return target
+    except FileNotFoundError:
+        pass
+    fd, tmp = _create_temporary(target, 0o600)
+    try:
+        try:
+            with open(source, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    _write_all(fd, chunk)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return target
+
+
 def write_text(path: Path, text: str) -> Path:
     """Write `text` to `path` (UTF-8); UnsafePath for a path `refusal` refuses, else OSError as
     the operating system reports it (ENOSPC: the disk is full), with the temporary file removed

@@ -87,3 +87,38 @@ def test_the_walks_folder_goes_once_a_written_report_keeps_its_copies() -> None:
     again = runner.artifacts_dir()  # a later window (the TUI re-measures) gets a fresh one
     assert again != folder and again.is_dir()
     runner.discard_artifacts()
+
+
+def test_a_folder_or_links_planted_beside_the_report_are_never_written_through(tmp_path: Path,
+                                                                              walk_with: Any) -> None:
+    """Issue 33 H2: a planted `<report>-artifacts` link made root write the artifacts elsewhere,
+    planted file links made it overwrite a root-only file, and placing twice lost the report."""
+    import os
+
+    walk, _ = walk_with({"loop.steps": {"data_wait_fraction": 0.8}})
+    findings = findings_from_walk(walk, {"kind": "launch", "pid": 1, "cmdline": ["python", "t.py"]},
+                                  environment_from({}, []))
+    walk_dir = tmp_path / "walk"
+    walk_dir.mkdir()
+    kept = keep_speedscope(walk_dir, RAW, "x", "stacks-1")
+    assert kept is not None
+    findings.artifacts = [kept]
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "r-artifacts").symlink_to(elsewhere)  # a folder link planted at the name it derives
+    placed = place(findings, out / "r.json")
+    copy = Path(placed.artifacts[0]["path"])
+    assert list(elsewhere.iterdir()) == [] and copy.parent.parent == out and not copy.parent.is_symlink()
+    assert place(placed, out / "r.json").artifacts == placed.artifacts  # placing twice: idempotent
+    # A file link planted inside a folder of ours is replaced, its target untouched.
+    secret = tmp_path / "root-only"
+    secret.write_text("keep")
+    secret.chmod(0o600)
+    own = out / "s-artifacts"
+    own.mkdir(mode=0o700)
+    (own / "stacks-1.speedscope.json").symlink_to(secret)
+    again = place(findings, out / "s.json")
+    assert secret.read_text() == "keep"
+    assert Path(again.artifacts[0]["path"]) == own / "stacks-1.speedscope.json"
+    assert not os.path.islink(own / "stacks-1.speedscope.json")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,16 +43,19 @@ def place(findings: Any, report: Path) -> Any:
     artifacts: list[Artifact] = list(findings.artifacts)
     if not artifacts:
         return findings
+    from fieldguide.safewrite import copy_file, private_directory
+
     home = report.resolve().parent
-    folder = home / f"{report.stem}-artifacts"
+    wanted = home / f"{report.stem}-artifacts"
+    folder: Path | None = None
     placed: list[Artifact] = []
     for artifact in artifacts:
         source = Path(artifact["path"])
         if home in source.resolve().parents or not source.is_file():
-            placed.append(artifact)
+            placed.append(artifact)  # beside the report already (placed before, or TORCH_TRACE's folder)
             continue
-        folder.mkdir(mode=0o700, exist_ok=True)
-        copy = folder / source.name
-        shutil.copyfile(source, copy)
+        if folder is None:  # this user's own private folder: never a link or a folder planted there
+            folder = private_directory(wanted)
+        copy = copy_file(source, folder / source.name)
         placed.append({**artifact, "path": str(copy)})
     return dataclasses.replace(findings, artifacts=placed)
