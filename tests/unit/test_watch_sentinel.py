@@ -265,3 +265,29 @@ def test_the_watchs_exit_status_says_how_the_job_ended(tmp_path: Path, ended: di
     else:
         assert sentinel.exit_status == 3 and failed in end["job_failed"]
         assert failed in event_line(end)
+
+
+def test_events_carry_the_command_line_redacted(tmp_path: Path) -> None:
+    """Issue 33: events.jsonl, the file offered to log shippers, carried `--api-key=` and `--pass X`."""
+    sentinel, _, target = make(tmp_path, lambda t: 50.0, [])
+    target.describe = lambda: {"kind": "launch", "pid": 1,  # type: ignore[method-assign]
+                               "cmdline": ["python", "t.py", "--api-key=sk-abcdefghijklmnopqrstuvwxyz",
+                                           "--pass", "hunter2", "https://u:pw123@host/x"]}
+    sentinel.emit("start", target=target.describe())
+    written = (tmp_path / EVENTS_FILE).read_text()
+    for secret in ("sk-abcdefghijklmnopqrstuvwxyz", "hunter2", "pw123"):
+        assert secret not in written
+    assert "--pass" in written and "[redacted]" in written
+
+
+def test_redaction_knows_the_shapes_a_colleagues_command_uses() -> None:
+    from fieldguide.report.redact import redact_argv, redact_text
+
+    assert redact_argv(["t.py", "--passphrase", "X1", "--login", "user:X2"]) == [
+        "t.py", "--passphrase", "[redacted]", "--login", "[redacted]"]
+    assert redact_argv(["mysql", "-pX3", "-h", "db"]) == ["mysql", "-p[redacted]", "-h", "db"]
+    assert redact_argv(["mysql", "-p", "X4"]) == ["mysql", "-p", "[redacted]"]
+    said = redact_text("the password hunter2 was used -----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n"
+                       "-----END OPENSSH PRIVATE KEY-----")
+    assert "hunter2" not in said and "b3Blbn" not in said
+    assert redact_text("tokenizer gpt2, passwords are hashed") == "tokenizer gpt2, passwords are hashed"

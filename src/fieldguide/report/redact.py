@@ -8,8 +8,8 @@ from typing import Any
 REDACTED = "[redacted]"
 # One list of what a secret is called, for names (env vars, flags) and for names inside text.
 # A tokenizer (`--tokenizer gpt2`) and an author are no secrets.
-_WORDS = (r"token(?!i[sz])|secret|passw(?:or)?d|passwd|pwd|api[_-]?key|access[_-]?key|private[_-]?key|credential|"
-          r"auth(?!or)|session[_-]?key|(?<=[a-z0-9])[_-]key")
+_WORDS = (r"token(?!i[sz])|secret|passw(?:or)?d|passwd|passphrase|pwd|api[_-]?key|access[_-]?key|private[_-]?key|"
+          r"credential|auth(?!or)|session[_-]?key|(?<=[a-z0-9])[_-]key|^-*login$")
 _SECRET_NAME = re.compile(rf"({_WORDS}|^-*key$)", re.I)
 # `pass` and `pw` are secrets' names only as a flag (`--pass`), after a separator (`DB_PASS`,
 # `redis-pw`), as a key (a JSON key, an environment variable, `pass=X`) or in capitals (`PASS:`):
@@ -88,11 +88,22 @@ def _redact_flag(m: re.Match[str]) -> str:
     return f"{m.group('name')}{m.group('sep')}{REDACTED}" if is_secret_name(m.group("name")) else m.group(0)
 
 
+# A private key pasted whole, and a password said in prose ("password hunter2", "passphrase is x").
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|CERTIFICATE REQUEST)[A-Z ]*-----.*?"
+                  r"(?:-----END [A-Z0-9 ]*-----|\Z)", re.S)
+_PROSE_PASSWORD = re.compile(r"\b(?P<name>password|passphrase|passwd)(?P<sep>\s+(?:is\s+|was\s+)?)"
+                             r"(?P<value>(?!\[redacted\])[^\s,;.]\S*)", re.I)
+# `mysql -pSECRET`: the short password flag written against its value.
+_GLUED_P = re.compile(r"^-p(?=\S)")
+
+
 def redact_text(text: str) -> str:
+    text = _PEM.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _redact_assignments(text)
     text = _FLAG.sub(_redact_flag, text)
     text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
+    text = _PROSE_PASSWORD.sub(lambda m: m.group("name") + m.group("sep") + REDACTED, text)
     return _SECRET_VALUE.sub(REDACTED, text)
 
 
@@ -111,12 +122,23 @@ def redact_argv(argv: list[str]) -> list[str]:
             if is_secret_name(name, key=not name.startswith("-")):
                 out.append(f"{name}={REDACTED}")
                 continue
-        elif not eq and arg.startswith("-") and ":" not in arg and is_secret_name(arg):
-            out.append(arg)  # `--token X`; `--token:X` is one argument, redacted as text
+        elif not eq and arg.startswith("-") and ":" not in arg and (is_secret_name(arg) or arg == "-p"):
+            out.append(arg)  # `--token X`, `mysql -p X`; `--token:X` is one argument, redacted as text
             hide_next = True
+            continue
+        elif _GLUED_P.match(arg) and out and _is_client(out):
+            out.append("-p" + REDACTED)  # `mysql -pSECRET`
             continue
         out.append(redact_text(arg))
     return out
+
+
+_CLIENTS = re.compile(r"(?:^|/)(?:mysql\w*|mariadb\w*|mongo\w*|redis-cli|psql|sshpass|openssl|zip|7z|unrar)$")
+
+
+def _is_client(before: list[str]) -> bool:
+    """A command whose `-pX` is a password (mysql, sshpass, zip...), among the arguments so far."""
+    return any(_CLIENTS.search(arg) for arg in before)
 
 
 def redact_env(env: dict[str, str]) -> dict[str, str]:

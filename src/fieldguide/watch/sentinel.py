@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from fieldguide.report.redact import redact_argv, redact_tree
 from fieldguide.safewrite import append_line
 from fieldguide.watch.detect import Detector, Reading, learn
 from fieldguide.watch.rules import Signal, WatchRules
@@ -254,8 +255,12 @@ class Sentinel:
     # -- events ---------------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
         wall = datetime.now(timezone.utc)
-        event = {"t": round(self.clock() - self.started, 1), "time": wall.isoformat(timespec="milliseconds"),
-                 "kind": kind, **fields}
+        target = fields.get("target")
+        if isinstance(target, dict) and isinstance(target.get("cmdline"), list):  # read as argv: `--pass X`
+            fields["target"] = {**target, "cmdline": redact_argv([str(a) for a in target["cmdline"]])}
+        # Redacted as every report is: events.jsonl is the file offered to log shippers.
+        event: dict[str, Any] = redact_tree({"t": round(self.clock() - self.started, 1),
+                                             "time": wall.isoformat(timespec="milliseconds"), "kind": kind, **fields})
         self.events.append(event)
         line = json.dumps(event, default=str)
         try:
