@@ -29,6 +29,8 @@ def refusal(path: Path) -> str | None:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return None
+    except OSError as err:  # a name over NAME_MAX, a component that is a file: said, not raised
+        return f"{path}: {err.strerror or err}"
     if stat.S_ISLNK(mode):
         return f"{path} is a symbolic link; give the file itself"
     if stat.S_ISDIR(mode):

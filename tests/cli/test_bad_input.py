@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -303,3 +304,20 @@ def test_a_watch_whose_stdout_is_closed_keeps_writing_its_events(tmp_path: Path)
     _, stderr = proc.communicate(timeout=30)
     assert "Traceback" not in stderr and proc.returncode == 0, stderr
     assert (out / "events.jsonl").read_text().splitlines()[-1].count('"kind": "end"') == 1
+
+
+def test_a_report_name_over_name_max_is_one_line_and_status_2(tmp_path: Path) -> None:
+    """Issue 33: a --report name over NAME_MAX gave a traceback."""
+    proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--report", str(tmp_path / ("a" * 300 + ".json")),
+                          "--pid", str(os.getpid()))
+    assert_one_line_error(proc, 2, "--report", "File name too long")
+
+
+def test_report_o_makes_no_directories(tmp_path: Path) -> None:
+    """Issue 33: `report -o a/b/c.md` made the missing directories, where `diagnose --report` refuses."""
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps({"verdict": "clean", "playbook": "slow-training", "path": [], "first_departure": None,
+                                 "conclusion": "device.compute_bound"}))
+    proc = run_fieldguide("report", str(saved), "-o", str(tmp_path / "a" / "b" / "c.md"))
+    assert_one_line_error(proc, 2, "no such directory")
+    assert not (tmp_path / "a").exists()

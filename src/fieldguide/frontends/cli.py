@@ -411,6 +411,9 @@ def _render_saved(args: argparse.Namespace) -> int:
     if args.output:
         from fieldguide.safewrite import write_text
 
+        parent = args.output.parent if str(args.output.parent) else Path(".")
+        if not parent.is_dir():  # as `diagnose --report`: a typo in a path makes no directories
+            raise FieldguideError(f"-o {args.output}: no such directory {parent}")
         try:
             write_text(args.output, text)
         except OSError as err:
