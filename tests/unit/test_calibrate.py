@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -314,3 +315,39 @@ def test_a_walk_reads_the_calibration_the_session_hands_it_from_the_cache(xdg: P
     assert NO_CALIBRATION in Walk(book, lambda: set(LAUNCH) | {"gpu"}, profile(7.0)).run_node("device.launch-bound").note
     # Nodes with only fixed thresholds never look for a calibration, nor say anything about one.
     assert "calibrat" not in walk.run_node("device.shared").note
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_a_read_only_cache_is_said_before_the_bench_runs(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33: `calibrate --force` on a read-only cache ran the whole bench, then died with a traceback."""
+    runs: list[tuple[str, ...]] = []
+    identity = {"kind": "identity", "torch": "2.13.0+cpu", "device": "cpu", "cuda": False, "cores": 2}
+
+    def fake_bench(python: str, *args: str, on_record: Any = None) -> list[dict[str, Any]]:
+        runs.append(args)
+        return [identity]
+
+    monkeypatch.setattr(command, "_bench", fake_bench)
+    monkeypatch.setattr(command, "torch_python", lambda: "python")
+    folder = cache.cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(FieldguideError, match="cannot cache the calibration"):
+            calibrate_command(force=True)
+    finally:
+        folder.chmod(0o700)
+    assert runs == [("--identify",)]  # the bench itself never ran
+
+
+def test_a_cache_path_that_is_a_link_is_said_before_the_bench_runs(xdg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[tuple[str, ...]] = []
+    identity = {"kind": "identity", "torch": "2.13.0+cpu", "device": "cpu", "cuda": False, "cores": 2}
+    monkeypatch.setattr(command, "_bench", lambda python, *args, on_record=None: runs.append(args) or [identity])
+    monkeypatch.setattr(command, "torch_python", lambda: "python")
+    path = cache.path_for("testhost", "2.13.0+cpu", "cpu")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(xdg / "elsewhere.json")
+    with pytest.raises(FieldguideError, match="symbolic link"):
+        calibrate_command(force=True)
+    assert runs == [("--identify",)]

@@ -131,6 +131,21 @@ def _print(calibration: Calibration, as_json: bool, console: Console) -> None:
         console.print(render(calibration))
 
 
+def _cache_refusal(path: Path) -> str | None:
+    """Why the calibration could not be written to `path`, checked before measuring; None if it can."""
+    from fieldguide.safewrite import check_writable, refusal
+
+    why = refusal(path)
+    if why:
+        return why
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(path.parent)
+    except OSError as err:
+        return str(err.strerror or err)
+    return None
+
+
 def calibrate(force: bool, as_json: bool, console: Console) -> int:
     python = torch_python()
     # Progress goes to stderr when stdout carries the JSON.
@@ -148,6 +163,9 @@ def calibrate(force: bool, as_json: bool, console: Console) -> int:
                        "`fieldguide calibrate --force` measures again.", soft_wrap=True)
             _print(cached, as_json, console)
             return 0
+    cannot = _cache_refusal(path)
+    if cannot:  # said before the bench: its minute and a half is not thrown away at the end
+        raise FieldguideError(f"cannot cache the calibration in {path.parent}: {cannot}")
     quick = os.environ.get(QUICK_ENV, "").strip() not in ("", "0")
     talk.print(f"Calibrating {identity['device']} with torch {identity['torch']} "
                f"({'quick' if quick else 'under 90 s on 2 cores'}) ...")
@@ -160,7 +178,11 @@ def calibrate(force: bool, as_json: bool, console: Console) -> int:
     records = _bench(python, *(["--quick"] if quick else []), on_record=shown)
     elapsed = time.perf_counter() - start
     calibration = from_records(records, elapsed)
-    written = cache.write(calibration)
+    try:
+        written = cache.write(calibration)
+    except OSError as err:  # the cache went away meanwhile: the figures are shown, not lost
+        _print(calibration, as_json, console)
+        raise FieldguideError(f"cannot cache the calibration in {path}: {err.strerror or err}") from None
     talk.print(f"Measured in {elapsed:.1f} s; cached in {written}", soft_wrap=True)
     _print(calibration, as_json, console)
     return 0
