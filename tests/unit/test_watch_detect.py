@@ -192,6 +192,13 @@ def test_the_helpers() -> None:
      "rise_points: 5, sustain_s: 1, playbook: oom}\n", "slope_mb_per_min"),
     ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals:\n  - {id: a, title: t, series: memory_mb, "
      "slope_mb_per_min: 5, sustain_s: 1, playbook: oom}\n", "needs span_s"),
+    # Issue 33: numbers no watch could ever depart past, and YAML's `1e308` read as text.
+    ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals:\n  - {id: a, title: t, series: step_ms, "
+     "rise_ratio: 1.0e+308, sustain_s: 1, playbook: slow-training}\n", "rise_ratio: must be at most 100"),
+    ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1000000000000000000\nsignals: []\n",
+     "min_steps: must be at most 100000"),
+    ("warmup_s: 1\nlearn_s: 1\nwindow_s: 1\nmin_steps: 1\nsignals:\n  - {id: a, title: t, series: step_ms, "
+     "rise_ratio: 1e308, sustain_s: 1, playbook: slow-training}\n", "YAML reads '1e308' as text"),
 ])
 def test_bad_rules_are_one_line_naming_the_file(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "watch.yaml"

@@ -91,11 +91,29 @@ def load_rules(path: Path | None = None) -> WatchRules:
                       min_steps=int(numbers["min_steps"]), signals=signals, path=path)
 
 
+# The largest number each field may hold and still let a watch depart: a threshold of 1e308 or
+# a min_steps of 10^18 was taken without a word, and such a watch could never depart.
+UPPER = {"warmup_s": KEEP_S, "sustain_s": KEEP_S, "min_steps": 100_000, "rise_ratio": 100.0,
+         "rise_points": 100.0, "drop_points": 100.0, "slope_mb_per_min": 100_000.0, "min_growth_mb": 100_000.0,
+         "over_own_slope": 100.0}
+
+
 def _seconds(data: LineDict, key: str, path: Path, node: str | None = None) -> float:
     value = data.get(key)
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:  # YAML 1.1 reads `1e3` (no dot) as text
+            raise PlaybookError(path, data.line_of(key), f"must be a number: YAML reads {value!r} as text (write "
+                                "an exponent with a dot: 1.0e+3)", node=node, field=key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (
             value == 0 and key not in ("warmup_s", "min_growth_mb", "over_own_slope")):
         raise PlaybookError(path, data.line_of(key), "must be a positive number", node=node, field=key)
+    if key in UPPER and value > UPPER[key]:
+        raise PlaybookError(path, data.line_of(key), f"must be at most {UPPER[key]:g}: a watch could never depart "
+                            "past it", node=node, field=key)
     if key in SPANS and value > KEEP_S:
         raise PlaybookError(path, data.line_of(key), f"must be at most {KEEP_S:.0f} s (the points the watch keeps)",
                             node=node, field=key)
