@@ -148,3 +148,23 @@ def test_a_signal_held_while_a_job_starts_reaches_its_handler_after() -> None:
         assert ending_signals_blocked(os.getpid()) == set()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_job_printing_megabytes_without_a_newline_keeps_one_cut_line() -> None:
+    """Issue 33: 2 MB a step with no newline was kept and redacted whole (37 CPU-seconds)."""
+    import collections
+    import io
+    import time
+    from types import SimpleNamespace
+
+    from fieldguide.targets.launch import MAX_LINE_BYTES, LaunchTarget
+
+    target = object.__new__(LaunchTarget)
+    target._log = collections.deque(maxlen=200)  # type: ignore[attr-defined]
+    target._echo = None  # type: ignore[attr-defined]
+    target.popen = SimpleNamespace(stdout=io.BytesIO(b"x" * 2_000_000 + b"\nstep 1 loss 2.0\n" + b"y" * 10))  # type: ignore[assignment]
+    started = time.process_time()
+    target._read_output()
+    assert time.process_time() - started < 1.0
+    tail = target.log_tail()
+    assert tail[0] == "x" * MAX_LINE_BYTES + " …" and tail[1:] == ["step 1 loss 2.0", "y" * 10]

@@ -43,6 +43,9 @@ def _sweep_once() -> None:
     sweep_leftovers()
 
 
+MAX_LINE_BYTES = 4096  # of one line of the job's output kept for the report's log tail
+
+
 class LaunchTarget(Target):
     """A command fieldguide starts with its agent loaded, and ends when the walk is over."""
 
@@ -131,9 +134,19 @@ class LaunchTarget(Target):
         self._reader.start()
 
     def _read_output(self) -> None:
+        """The job's output a line at a time, each kept to its first MAX_LINE_BYTES: a job that
+        prints megabytes with no newline is read in pieces, its tail passed through, not kept (it
+        once cost 37 CPU-seconds to keep and redact whole)."""
         assert self.popen.stdout is not None
-        for raw in iter(self.popen.stdout.readline, b""):
+        cut = False  # inside a line already cut: its pieces are passed over until its newline
+        for raw in iter(lambda: self.popen.stdout.readline(MAX_LINE_BYTES), b""):  # type: ignore[union-attr]
+            whole = raw.endswith(b"\n")
+            if cut:
+                cut = not whole
+                continue
             line = raw.decode(errors="replace").rstrip("\n")
+            if not whole and len(raw) >= MAX_LINE_BYTES:
+                line, cut = line + " …", True
             if "Failed to initialize NumPy" in line:
                 continue
             self._log.append(line)
