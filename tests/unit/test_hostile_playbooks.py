@@ -444,3 +444,12 @@ def test_a_format_width_or_precision_over_three_digits_is_refused_at_load(tmp_pa
     (tmp_path / "causes.yaml").write_text(page(summary=summary))
     with pytest.raises(PlaybookError, match="at most 3 digits"):
         load_causes(tmp_path)
+
+
+def test_a_pipe_given_as_a_playbook_is_said_to_be_no_regular_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "pb.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(BadInput, match="is not a regular file"):
+        find_playbook(str(fifo))
+    with pytest.raises(BadInput, match="no playbook file"):
+        find_playbook(str(tmp_path / "absent.yaml"))

@@ -156,7 +156,10 @@ def walk_off_main_thread(session: Session, err: Console, *, try_fix: bool = Fals
         current = session.walk.current or "start"
         # Ctrl-C raises a bare KeyboardInterrupt; SIGTERM and SIGHUP (cli._Interrupts) carry their name.
         how = f"by {interrupt.args[0]}" if interrupt.args else "by the user (Ctrl-C)"
-        session.cancel(f"interrupted {how} at node {current}; the report is partial")
+        if session.walk.finished:  # every node was walked: the report is whole, only its writing was cut into
+            session.cancel(f"interrupted {how} after the walk ended; the report is complete")
+        else:
+            session.cancel(f"interrupted {how} at node {current}; the report is partial")
         done.wait(unwind_s)
         return session.findings(), True
     finally:

@@ -83,7 +83,9 @@ def find_playbook(playbook_id: str, *, trust_bundled: bool = False) -> Playbook:
             why = os_problem(err) if isinstance(err, OSError) else str(err)
             raise BadInput(one_line(f"cannot read playbook file {shown(playbook_id)}: {why}")) from None
         if not found:
-            raise BadInput(one_line(f"no playbook file {shown(playbook_id)}"))
+            there = os.path.lexists(path)  # a pipe, a device, a directory: there, but no file
+            raise BadInput(one_line(f"{shown(playbook_id)} is not a regular file" if there
+                                    else f"no playbook file {shown(playbook_id)}"))
         return load_playbook(path)
     if len(playbook_id) <= MAX_ID_CHARS and f"{playbook_id}.yaml" not in NOT_PLAYBOOKS:
         dirs = playbook_dirs()

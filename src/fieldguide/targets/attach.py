@@ -119,7 +119,8 @@ class AttachTarget(Target):
         return described
 
     def gone_reason(self) -> str:
-        return f"the target (pid {self._pid}) exited mid-walk"
+        # Said by walks and watches alike: a watch between walks is not "mid-walk".
+        return f"the target (pid {self._pid}) exited"
 
     def ending(self) -> dict[str, Any] | None:
         if self.alive():
