@@ -324,3 +324,12 @@ def test_a_rank_outside_the_world_is_refused(tmp_path: Path, capsys: pytest.Capt
     b = with_job(report(conclusion="device.compute_bound", ranks=[rank(7, "b", 100.0, 0.1)]), 2)
     assert main(["report", "merge", str(write(tmp_path, "a.json", a)), str(write(tmp_path, "b.json", b))]) == 2
     assert "holds rank 7, outside the job's 2 ranks" in capsys.readouterr().err
+
+
+def test_the_same_walk_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33: merging one single-process report twice (two copies) gave "2 reports, 2 ranks"."""
+    data = report(conclusion="device.compute_bound")
+    data.update(created="2026-12-07T03:00:00Z", target={"kind": "launch", "pid": 7, "cmdline": []},
+                environment={"host": "n1"})
+    assert main(["report", "merge", str(write(tmp_path, "a.json", data)), str(write(tmp_path, "b.json", data))]) == 2
+    assert "are the same walk" in capsys.readouterr().err

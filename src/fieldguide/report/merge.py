@@ -98,6 +98,15 @@ def check_together(reports: list[tuple[str, Findings]]) -> None:
             a, va = told[0]
             b, vb = next((path, value) for path, value in told if value != va)
             raise FieldguideError(f"report merge: {a} and {b} are of different jobs ({what} {va} and {vb})")
+    walks: dict[tuple[str, str, str], str] = {}  # one walk is one report: a copy of it is no other node
+    for path, f in reports:
+        pid = f.target.get("pid") if isinstance(f.target, dict) else None
+        host = (f.environment or {}).get("host") if isinstance(f.environment, dict) else None
+        walk = (str(host), str(pid), f.created)
+        if f.created and host and pid is not None and walk in walks:
+            raise FieldguideError(f"report merge: {walks[walk]} and {path} are the same walk (pid {pid} on {host}, "
+                                  f"{f.created}): give each node's report once")
+        walks[walk] = path
     owner: dict[int, str] = {}
     for path, f in reports:
         for number in sorted(_rank_numbers(f)):
