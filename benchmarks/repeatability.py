@@ -6,7 +6,8 @@ usage: python benchmarks/repeatability.py [--workloads a,b,c] [--walks 5] [--mod
 Conditions:
 - quiet: nothing else runs;
 - busy: one core kept busy for the whole walk by a spinning child process
-  (`python -c "while True: pass"`, not pinned).
+  (`python -c "while True: pass"`, not pinned);
+- load4: three such processes beside the job: load 4 on the 2-core box.
 
 Each walk is `fieldguide diagnose --playbook slow-training --report R.json`, launched
 (`-- python SCRIPT`) or attached (the script started first, `--pid` after ATTACH_AFTER seconds,
@@ -42,7 +43,7 @@ DEFAULT_WORKLOADS = ("faults_io_over_input", "faults_input_over_io", "loop_gc_ev
                      "loop_callback_work", "healthy_many_small_ops", "healthy_periodic_eval", "healthy_mlp",
                      "checkpoint_every_step", "getbatch_cpu", "loader_decode_cpu")
 MODES = ("launch", "attach")
-CONDITIONS = ("quiet", "busy")
+CONDITIONS = ("quiet", "busy", "load4")
 TOO_CLOSE = "too close to call"
 CLEAN = "clean"
 ATTACH_AFTER = 8.0  # seconds an attached job runs before the walk starts: past its first steps
@@ -122,16 +123,18 @@ def summary(rows: Sequence[dict[str, Any]]) -> str:
     return f"{len(rows)} rows, {walks} walks: one verdict in {one}/{len(rows)}, the declared one in {right}/{len(rows)}"
 
 
+SPINNERS = {"quiet": 0, "busy": 1, "load4": 3}  # busy processes beside the job (load 4: the job and three)
+
+
 @contextlib.contextmanager
 def condition(name: str) -> Iterator[None]:
     """The load a condition puts beside the walks, for as long as they run."""
-    spinner = None
-    if name == "busy":
-        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                for _ in range(SPINNERS.get(name, 0))]
     try:
         yield
     finally:
-        if spinner is not None:
+        for spinner in spinners:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(spinner.pid, signal.SIGKILL)
             spinner.wait()
