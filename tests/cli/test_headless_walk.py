@@ -20,7 +20,7 @@ class BlockingSession:
 
     def __init__(self, failure: BaseException | None = None, ignores_cancel: bool = False):
         self.runner = SimpleNamespace(cancelled=threading.Event())
-        self.walk = SimpleNamespace(current="input.data-wait")
+        self.walk = SimpleNamespace(current="input.data-wait", finished=False)
         self.failure = failure
         self.ignores_cancel = ignores_cancel
         self.walked_on: threading.Thread | None = None
@@ -97,3 +97,16 @@ def test_a_sigterm_is_named_as_sigterm_not_as_ctrl_c() -> None:
     assert interrupted
     assert findings.note.startswith("interrupted by SIGTERM at node input.data-wait")
     assert "Ctrl-C" not in findings.note
+
+
+def test_an_interrupt_after_the_walk_ended_says_the_report_is_complete() -> None:
+    """Issue 33: a complete walk interrupted at its very end said "partial"."""
+    session = BlockingSession()
+    session.walk = SimpleNamespace(current=None, finished=True)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_in(0.3)
+        findings, interrupted = walk_off_main_thread(session, Console(stderr=True))  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert interrupted and "the report is complete" in findings.note and "partial" not in findings.note
