@@ -326,6 +326,9 @@ def _saved(tmp_path: Path, hostile: Findings, name: str) -> Path:
 def test_the_cli_says_a_full_disk_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, hostile: Findings,
                                               capsys: pytest.CaptureFixture[str], command: str) -> None:
     first, second = _saved(tmp_path, hostile, "a.json"), _saved(tmp_path, hostile, "b.json")
+    other = json.loads(second.read_text())  # another node's walk: the same walk twice is refused
+    other["created"] = "2026-12-07T00:00:01Z"
+    second.write_text(json.dumps(other))
     out = tmp_path / "out.md"
     out.write_text("the old view")
     args = ["report", str(first)] if command == "report" else ["report", "merge", str(first), str(second)]
