@@ -13,6 +13,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -153,22 +154,32 @@ def copy_file(source: Path, target: Path) -> Path:
             return target
     except FileNotFoundError:
         pass
-    fd, tmp = _create_temporary(target, 0o600)
+    def fill(fd: int) -> None:
+        with open(source, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                _write_all(fd, chunk)
+
+    _replace(target, 0o600, fill)
+    return target
+
+
+def _replace(path: Path, mode: int, fill: Callable[[int], None]) -> None:
+    """A new file beside `path` (exclusive, unpredictable name, `mode`), filled by `fill(fd)`, synced
+    and renamed over `path`; on any failure the temporary file is removed and `path` is untouched."""
+    fd, tmp = _create_temporary(path, mode)
     try:
         try:
-            with open(source, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    _write_all(fd, chunk)
+            fill(fd)
+            os.fsync(fd)  # a full disk can show only here; renaming first would lose the old file
         finally:
             os.close(fd)
-        os.replace(tmp, target)
+        os.replace(tmp, path)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
-    return target
 
 
 def write_text(path: Path, text: str) -> Path:
@@ -182,21 +193,11 @@ def write_text(path: Path, text: str) -> Path:
         raise UnsafePath(why)
     mode = _kept_mode(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    def fill(fd: int) -> None:
+        _write_all(fd, text.encode("utf-8"))
+        if mode is not None:
+            os.fchmod(fd, mode)
+
     # A replacement is 0600 until it has the old file's mode: never readable by more than it was.
-    fd, tmp = _create_temporary(path, NEW_FILE_MODE if mode is None else 0o600)
-    try:
-        try:
-            _write_all(fd, text.encode("utf-8"))
-            if mode is not None:
-                os.fchmod(fd, mode)
-            os.fsync(fd)  # a full disk can show only here; renaming first would lose the old report
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    _replace(path, NEW_FILE_MODE if mode is None else 0o600, fill)
     return path
