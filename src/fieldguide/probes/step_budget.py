@@ -24,7 +24,7 @@ from typing import Any
 
 from fieldguide.probes import stack_categories as sc
 from fieldguide.probes.loop_dataflow import LoopFlow
-from fieldguide.probes.step_cycle import is_library
+from fieldguide.probes.step_cycle import frame_line, is_library, loop_index
 from fieldguide.probes.uncertainty import share_margin
 
 # Part ids (stable: the JSON report carries them) and how a person reads them.
@@ -104,17 +104,6 @@ def frame_name(func: str, file: str, line: int | None) -> str:
     return f"{func} ({os.path.basename(file)}{f':{line}' if line else ''})"
 
 
-def _loop_index(sample: sc.ThreadSample, loop: sc.Frame) -> int | None:
-    if loop not in sample.stack:
-        return None
-    return len(sample.stack) - 1 - sample.stack[::-1].index(loop)
-
-
-def _line(sample: sc.ThreadSample, index: int) -> int | None:
-    lines = sample.lines
-    return lines[index] if index < len(lines) else (sample.leaf_line if index == len(sample.stack) - 1 else None)
-
-
 # py-spy's --nonblocking reads a running process, and its stacks tear: at 4-7 ms steps, half of
 # the update's samples stood on the loop's line of a metrics callback, whose own samples held that
 # line seven times as often. A line is the step's where the forward, backward and update samples
@@ -131,8 +120,8 @@ def sink_lines(samples: list[sc.ThreadSample], loop: sc.Frame, kinds: tuple[str,
     step: collections.Counter[int] = collections.Counter()
     every: collections.Counter[int] = collections.Counter()
     for s in samples:
-        i = _loop_index(s, loop)
-        line = _line(s, i) if i is not None else None
+        i = loop_index(s, loop)
+        line = frame_line(s, i) if i is not None else None
         if not line:
             continue
         every[line] += s.count
@@ -154,7 +143,7 @@ def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlo
     leaf_func, leaf_file = sample.stack[-1] if sample.stack else ("?", "")
     if sample.stack and sc.in_torch(leaf_file) and not sc.is_stdlib(leaf_file):
         return Place("ops", None)
-    i = _loop_index(sample, loop) if loop is not None else None
+    i = loop_index(sample, loop) if loop is not None else None
     if i is None or loop is None:
         for frame, frame_flow in outer or []:
             if frame in sample.stack:
@@ -165,7 +154,7 @@ def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlo
         if called is not None:  # a callback or hook of the job's, run by a trainer's loop
             return Place("loop_work", user, group=called)
         return Place("other", user)
-    line = _line(sample, i)
+    line = frame_line(sample, i)
     feeds = flow.feeds(line) if flow is not None else None
     callee = sample.stack[i + 1] if i + 1 < len(sample.stack) else None
     if flow is not None and line is not None and flow.updates(line):
@@ -174,7 +163,7 @@ def own_code_place(sample: sc.ThreadSample, loop: sc.Frame | None, flow: LoopFlo
         own = _innermost_user(sample)
         if feeds:
             return Place("own_compute", own)
-        callee_line = _line(sample, i + 1)
+        callee_line = frame_line(sample, i + 1)
         if callee_line and is_update(callee[1], callee[0], callee_line):
             return Place("update", own)
         if feeds is False:  # named by the function the loop called, at its line that spends it
@@ -207,7 +196,7 @@ def _innermost_user(sample: sc.ThreadSample) -> str | None:
     for depth in range(len(sample.stack) - 1, -1, -1):
         func, file = sample.stack[depth]
         if not is_library((func, file)):
-            return frame_name(func, file, _line(sample, depth))
+            return frame_name(func, file, frame_line(sample, depth))
     return None
 
 
@@ -360,7 +349,7 @@ def outer_loops(samples: list[sc.ThreadSample], loop: sc.Frame | None,
         return []
     callers: collections.Counter[sc.Frame] = collections.Counter()
     for s in samples:
-        i = _loop_index(s, loop) if s.category in (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER) else None
+        i = loop_index(s, loop) if s.category in (sc.FORWARD, sc.BACKWARD, sc.OPTIMIZER) else None
         if i is not None and i > 0 and not is_library(s.stack[i - 1]):
             callers[s.stack[i - 1]] += s.count
     if not callers:

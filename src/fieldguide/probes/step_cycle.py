@@ -66,22 +66,35 @@ def loop_frame(samples: list[ThreadSample]) -> Frame | None:
     return seen.most_common(1)[0][0] if seen else None
 
 
+def loop_index(sample: ThreadSample, loop: Frame) -> int | None:
+    """Where the loop's frame is in the sample's stack (its innermost call), or None."""
+    if loop not in sample.stack:
+        return None
+    return len(sample.stack) - 1 - sample.stack[::-1].index(loop)
+
+
+def frame_line(sample: ThreadSample, index: int) -> int | None:
+    """The line the stack's frame at `index` stands on, where the sampler gave it."""
+    lines = sample.lines
+    return lines[index] if index < len(lines) else (sample.leaf_line if index == len(sample.stack) - 1 else None)
+
+
 def input_call(sample: ThreadSample, loop: Frame, flow: LoopFlow | None = None) -> str | None:
     """The call the loop makes for its next batch in this sample ("get_batch (train.py:116)"), or None.
     With the loop's `flow`, a call whose result the step never reads is not input: it is the loop's
     own work beside the step (a metrics function, a callback)."""
-    if loop not in sample.stack:
+    i = loop_index(sample, loop)
+    if i is None:
         return None
     if sample.category not in INPUT_CATEGORIES and not (sample.category == IO
                                                         and is_io_read(sample.stack, sample.leaf_source)):
         return None
-    i = len(sample.stack) - 1 - sample.stack[::-1].index(loop)
     if i + 1 >= len(sample.stack):
         return None  # in the loop's own line: its own work (a hand-written update, a print)
     callee = sample.stack[i + 1]
     if is_library(callee) and not any(q in callee[1] for q in _QUEUES):
         return None
-    if flow is not None and flow.feeds(sample.lines[i] if i < len(sample.lines) else None) is False:
+    if flow is not None and flow.feeds(frame_line(sample, i)) is False:
         return None
     return f"{callee[0]} ({os.path.basename(callee[1])})"
 
