@@ -421,9 +421,9 @@ def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSam
                            key=lambda s: -s.count)
     lines = step_budget(main_all, main_active, step_loop, flow, reader)
     own = [line for line in lines if line.part in ("loop_work", "gc")]
-    values["loop_work_fraction"] = sum(line.share for line in own) if total else None
+    values["loop_work_fraction"] = sum((line.share for line in own), 0.0) if total else None
     values["loop_work_at"] = next((line.at for line in own if line.at), None)
-    values["gc_fraction"] = sum(line.share for line in lines if line.part == "gc") if total else None
+    values["gc_fraction"] = sum((line.share for line in lines if line.part == "gc"), 0.0) if total else None
     evidence = {
         "budget": [line.to_json() for line in lines],
         "main_categories": {c: {"samples": n, "on_cpu": summary.main_active.get(c, 0)}
