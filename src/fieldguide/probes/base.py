@@ -38,6 +38,9 @@ class ProbeContext:
     # Where a probe keeps files for the usual viewers (a speedscope profile, a Perfetto trace):
     # the walk's own folder, copied beside the report when one is written. None: keep nothing.
     artifacts: Callable[[], Path] | None = None
+    # Whether this walk has a window of the named probe (default parameters) measured or on its
+    # way: a probe skips work that window will answer (the job pays for every sample taken).
+    window_coming: Callable[[str], bool] = lambda probe_id: False
 
     def sleep(self, seconds: float) -> bool:
         """Sleep unless cancelled or the target died; False means stop measuring."""

@@ -321,8 +321,13 @@ class LoopSteps(AgentProbe):
                                 evidence=evidence, margins=margins)
 
     def _sample_input_phase(self, ctx: ProbeContext, conn: Any, seconds: float) -> Background | None:
-        """Ask the agent for input-phase stacks over the window, on a thread."""
+        """Ask the agent for input-phase stacks over the window, on a thread: only where nothing
+        else will read the input (every sample costs the job). A DataLoader's wait is timed, and
+        the walk's py-spy window reads the input calls from outside (loop_values prefers both)."""
         if "input_stacks" not in (conn.capabilities.get(self.capability) or {}).get("requests", []):
+            return None
+        recent = step_rows(list(conn.steps)[-20:])
+        if any(r.loader_wait_s for r in recent) or ctx.window_coming("stacks.sample"):
             return None
         return Background("fieldguide-input-stacks", lambda: self.ask(
             ctx, {"seconds": seconds, "rate": INPUT_SAMPLE_HZ}, timeout=seconds + 5, name="input_stacks"))

@@ -56,7 +56,13 @@ class ProbeRunner:
     def _context(self) -> ProbeContext:
         return ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
                             cancelled=self.cancelled, on_reading=self._on_reading, measure=self.measure_probe,
-                            forget=self.forget, artifacts=self.artifacts_dir)
+                            forget=self.forget, artifacts=self.artifacts_dir, window_coming=self.window_coming)
+
+    def window_coming(self, probe_id: str) -> bool:
+        """A measurement of this probe (any parameters) is in flight or cached and usable."""
+        with self._lock:
+            return any(key[0] == probe_id for key in self._inflight) or any(
+                key[0] == probe_id and m.ok for key, m in self.cache.items())
 
     def measured(self) -> list[tuple[tuple[str, str], Measurement]]:
         """Every measurement taken so far, prefetched windows no node adopted included."""

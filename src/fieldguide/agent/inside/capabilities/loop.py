@@ -64,6 +64,10 @@ def resolve_is_compiling() -> None:
         _is_compiling = compiler.is_compiling
 MAX_SAMPLE_SECONDS = 60.0
 MAX_SAMPLE_RATE = 100.0
+# The sampler's budget: its own time on the GIL, as a share of the window (the training thread
+# waits for the GIL meanwhile), and the samples past which more add nothing to the shares it reads.
+SAMPLER_SHARE = 0.003
+ENOUGH_SAMPLES = 400
 
 
 def first_tensor_elements(args: Any) -> int | None:
@@ -329,13 +333,19 @@ class LoopTiming(Capability):
         try:
             end = time.monotonic() + seconds
             jitter = random.Random()
-            while time.monotonic() < end and not self.agent.disabled:
+            started = time.monotonic()
+            held = 0.0  # seconds this thread ran Python, holding the GIL the training thread needs
+            while time.monotonic() < end and not self.agent.disabled and sum(counts.values()) < ENOUGH_SAMPLES:
                 # A fixed period locks onto a loop's own rhythm (a 28 ms micro-step against 20 ms
                 # sleeps plus the wait for the GIL sampled only its tokenizer, never its backward).
-                time.sleep(jitter.uniform(0.5, 1.5) / rate)
+                # The period stretches so that the samples' own time stays within SAMPLER_SHARE.
+                period = max(1.0 / rate, held / SAMPLER_SHARE / max(ticks, 1))
+                time.sleep(jitter.uniform(0.5, 1.5) * period)
+                t_gil = time.perf_counter()
                 ticks += 1
                 thread = self.train_thread
                 if self.phase_t is None or thread is None:
+                    held += time.perf_counter() - t_gil
                     continue
                 frame = sys._current_frames().get(thread)
                 frames: list[tuple[str, str, int]] = []
@@ -346,8 +356,11 @@ class LoopTiming(Capability):
                 del frame
                 if self.phase_t is not None and frames:  # still in the phase after we looked
                     counts[tuple(reversed(frames))] += 1
+                held += time.perf_counter() - t_gil
             self.agent.reply(request_id, {"stacks": [[[list(f) for f in k], n] for k, n in counts.most_common(200)],
-                                          "in_phase": sum(counts.values()), "ticks": ticks, "seconds": seconds,
+                                          "in_phase": sum(counts.values()), "ticks": ticks,
+                                          "seconds": round(time.monotonic() - started, 3),
+                                          "held_s": round(held, 6),
                                           "cuda": cuda_in_use(sys.modules.get("torch"))})
         except Exception as err:
             self.agent.fail(request_id, f"input stacks failed: {type(err).__name__}: {err}")
