@@ -13,9 +13,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from .core import Agent, allow_ptrace_by
+if TYPE_CHECKING:
+    from .core import Agent
 
+# The core is imported by install(), not here: fieldguide's own screens read rows.py from this
+# package, and the core with its capabilities is ~10 ms of a first frame they do not need.
 _agent: Agent | None = None
 
 
@@ -25,6 +29,8 @@ def _disable_in_child() -> None:
         _agent.disabled = True
     tracer = os.environ.get("FIELDGUIDE_TRACER_PID")
     if tracer and tracer.isdigit():
+        from .core import allow_ptrace_by
+
         allow_ptrace_by(int(tracer))  # Yama exceptions are not inherited across fork
 
 
@@ -33,6 +39,8 @@ def install() -> None:
     path = os.environ.get("FIELDGUIDE_AGENT_SOCKET")
     if not path or _agent is not None:
         return
+    from .core import Agent, allow_ptrace_by
+
     try:
         _agent = Agent.connect(path)
     except OSError:

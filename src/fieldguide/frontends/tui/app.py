@@ -3,6 +3,7 @@ screenshot script: what is tested is what ships. Screens, widgets and dialogs li
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -19,7 +20,6 @@ from fieldguide.frontends.tui.messages import ExportRequested, RemeasureRequeste
 from fieldguide.frontends.tui.model import TargetSpec
 from fieldguide.frontends.tui.procscan import ProcessScanner, Scanner
 from fieldguide.frontends.tui.screens.help import HelpScreen
-from fieldguide.frontends.tui.screens.picker import PlaybookPicker, TargetPicker
 
 if TYPE_CHECKING:
     from fieldguide.playbook import Playbook
@@ -56,9 +56,14 @@ class FieldguideApp(App[int]):
         self._lock = threading.Lock()
 
     def on_mount(self) -> None:
+        # Each first screen imports its own module: a walk's first frame waits for no picker.
         if self.spec is None:
+            from fieldguide.frontends.tui.screens.picker import TargetPicker
+
             self.push_screen(TargetPicker(self.scanner))
         elif self.playbook is None:
+            from fieldguide.frontends.tui.screens.picker import PlaybookPicker
+
             self.push_screen(PlaybookPicker(self.spec))
         else:
             self.start_walk(self.spec, self.playbook)
@@ -67,13 +72,16 @@ class FieldguideApp(App[int]):
         from fieldguide.frontends.tui.screens.walk import WalkScreen
 
         screen = WalkScreen(spec, playbook, self.factory, auto=self.auto)
-        if isinstance(self.screen, PlaybookPicker):
+        picker = sys.modules.get("fieldguide.frontends.tui.screens.picker")  # not imported for a walk opened directly
+        if picker is not None and isinstance(self.screen, picker.PlaybookPicker):
             self.switch_screen(screen)
         else:
             self.push_screen(screen)
 
     def back_to_picker(self) -> None:
         """After a target failed: end what was launched (in a thread) and pick again."""
+        from fieldguide.frontends.tui.screens.picker import TargetPicker
+
         self.run_worker(self.close_targets, thread=True, group="close", exit_on_error=False)
         self.switch_screen(TargetPicker(self.scanner))
 
@@ -222,7 +230,6 @@ def run_app(pid: int | None = None, cmd: list[str] | None = None, playbook_id: s
         app.run()
     finally:
         app.close_targets()  # whatever happened, a launched job does not outlive fieldguide
-    import sys
 
     print(app.farewell(), file=sys.stderr)
     return app.exit_code()
