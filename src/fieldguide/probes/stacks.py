@@ -509,7 +509,9 @@ class StackSample(Probe):
     evidence_kinds = (*ev.STACK_KINDS,)
     title = "Sample the main thread and DataLoader workers with py-spy (idle included)"
     needs = frozenset({NEEDS_PROCESS})
-    params = {"seconds": 6.0, "rate": 20}
+    # 120 samples of each kind, as 6 s at 20 Hz gave, in 4 s: a walk ends sooner after steady
+    # steps, and a reading too close to its threshold is measured again over twice the window.
+    params = {"seconds": 4.0, "rate": 30}
     values = {
         "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction", "torch_save_fraction": "fraction",
         "io_at": "",
@@ -526,7 +528,7 @@ class StackSample(Probe):
         "loop_work_fraction": "fraction", "loop_work_at": "", "gc_fraction": "fraction",
     }
 
-    def run(self, ctx: ProbeContext, seconds: float = 6.0, rate: int = 20) -> Measurement:
+    def run(self, ctx: ProbeContext, seconds: float = 4.0, rate: int = 30) -> Measurement:
         from fieldguide.host.access import classify_py_spy_failure, py_spy_path
 
         spy = py_spy_path()
