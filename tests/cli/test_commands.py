@@ -32,10 +32,23 @@ def test_explain_keeps_a_steps_code_inside_its_numbered_step() -> None:
     """The page as the reports render it (report/fixsteps.py): step 1's code block is indented
     under it, and step 2 is numbered 2, not restarted after the block."""
     lines = run_fieldguide("explain", "host.debug_mode").stdout.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("1 Remove the switch"))
-    second = next(i for i, line in enumerate(lines) if line.lstrip().startswith("2 Replace"))
+    first = next(i for i, line in enumerate(lines) if line.startswith("1. Remove the switch"))
+    second = next(i for i, line in enumerate(lines) if line.startswith("2. Replace"))
     code = [line for line in lines[first + 1:second] if "set_detect_anomaly" in line]
-    assert code and all(line.startswith("    ") for line in code)
+    assert code and all(line.startswith("   ") for line in code)
+
+
+def test_explain_off_a_terminal_is_the_page_unwrapped_and_unpadded() -> None:
+    """`explain X | cat`, `> page.md`: the Markdown as it is, no line padded with spaces or
+    broken by fieldguide (it had padded 31 of 41 lines to 80 columns)."""
+    out = run_fieldguide("explain", "host.blocking_io").stdout
+    lines = out.splitlines()
+    assert lines[0] == "# host.blocking_io: The step loop blocks on file or network I/O"
+    assert not [line for line in lines if line != line.rstrip()]
+    assert max(map(len, lines)) > 100  # a paragraph is one line, whatever the width
+    listed = run_fieldguide("explain", "--list").stdout.splitlines()
+    assert any(line.startswith("host.blocking_io ") and "file or network I/O" in line for line in listed)
+    assert not [line for line in listed if line != line.rstrip()]
 
 
 def test_report_renders_a_saved_json_report(tmp_path: Path) -> None:

@@ -104,3 +104,17 @@ async def test_the_dashboard_draws_series_lists_events_and_opens_a_departure(tmp
     assert sentinel.ended == "quit by the user"
     kinds = [e["kind"] for e in sentinel.events]
     assert kinds[:4] == ["start", "baseline", "departing", "departure"] and kinds[-1] == "end", kinds
+
+
+async def test_a_watch_given_a_duration_returns_by_itself_with_its_status(tmp_path: Path) -> None:
+    """`watch --duration N` in tmux or a script: the dashboard ends the app when the time is up,
+    with no key pressed (it had said "ended" and waited for q)."""
+    sentinel = Sentinel(Target(), SlowingSource(), load_rules(), tmp_path, duration=2.0,
+                        session_factory=recorded_walk)
+    app = WatchApp(sentinel, Target())
+    started = time.monotonic()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.return_code is not None or not app.is_running, 20, "the app to exit")
+    assert sentinel.ended == "watched for 2 s"
+    assert app.return_code == sentinel.exit_status
+    assert time.monotonic() - started < 15

@@ -102,9 +102,49 @@ def walk(readings: dict[str, dict[str, Any]], gpu: bool) -> Walk:
 
 
 def test_without_a_gpu_the_host_nodes_decide() -> None:
+    from fieldguide.report.findings import findings_from_walk
+
     fit = walk(HOST_FIT, gpu=False)
     assert fit.verdict == "clean" and fit.conclusion == "node.fit"
     assert [r.status for r in fit.path[:6]] == ["skip"] * 6 and "node.gpu" in fit.caveat
+    # The clean verdict says what it does not cover: no word that the GPUs are healthy.
+    text = findings_from_walk(fit, {"kind": "local"}, {}).conclusion_text
+    assert "Not measured, so not covered: node.gpu-errors, node.gpu-others" in text, text
+    assert "needs an NVIDIA GPU" in text and "no memory errors" not in text.split("Not measured")[0].split(":")[0]
+
+
+def test_nvml_failing_where_nvidia_devices_exist_is_no_fit_node(tmp_path: Path, monkeypatch) -> None:
+    """A broken driver reads as no GPU through NVML; /dev/nvidia* or nvidia-smi say otherwise, and
+    then the GPU nodes could not measure (an inconclusive walk, exit 3), not "not applicable"."""
+    from fieldguide.host.nvml import NvmlUnavailable
+    from fieldguide.probes import node_gpu
+
+    (tmp_path / "nvidia0").touch()
+    (tmp_path / "nvidiactl").touch()
+    assert node_gpu.nvidia_present(tmp_path, lambda name: None) == "/dev/nvidia0"
+    assert node_gpu.nvidia_present(tmp_path / "none", lambda name: "/usr/bin/nvidia-smi") == "nvidia-smi"
+    assert node_gpu.nvidia_present(tmp_path / "none", lambda name: None) == ""
+
+    def no_nvml(**kwargs: Any) -> Any:
+        raise NvmlUnavailable("NVML unavailable: Driver Not Loaded")
+
+    monkeypatch.setattr(node_gpu, "gpu_health", no_nvml)
+    ctx = SimpleNamespace(target=SimpleNamespace(pid=None))
+    monkeypatch.setattr(node_gpu, "nvidia_present", lambda: "/dev/nvidia0")
+    broken = node_gpu.NodeGpus().run(ctx)  # type: ignore[arg-type]
+    assert not broken.ok and broken.applicable and "the GPUs were not checked" in broken.unavailable
+    monkeypatch.setattr(node_gpu, "nvidia_present", lambda: "")
+    absent = node_gpu.NodeGpus().run(ctx)  # type: ignore[arg-type]
+    assert not absent.ok and not absent.applicable and "no NVIDIA GPU here" in absent.unavailable
+
+    def measure(option: Any) -> Measurement:
+        if option.probe == "node.gpus":
+            return broken
+        return Measurement(probe=option.probe, values=HOST_FIT[option.probe])
+
+    found = Walk(find_playbook("node-check"), lambda: set(), measure)
+    found.run()
+    assert found.verdict == "inconclusive" and "node.gpu" in found.caveat
     small_shm = walk({**HOST_FIT, "node.shm": {"shm_mb": 64, "shm_free_mb": 60}}, gpu=False)
     assert small_shm.departure is not None and small_shm.departure.cause.id == "node.shm_small"
     assert "64 MB" in small_shm.departure.summary

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -332,10 +332,13 @@ def timing_command(cmd: list[str], steps: int = 400, timeout: float = 120.0) -> 
         raise BadInput(f"--steps must be at least 2, not {steps}")
     if timeout <= 0:
         raise BadInput(f"--timeout must be positive, not {timeout:g}")
-    err = Console(stderr=True)
-    err.print(f"[bold]fieldguide timing[/]: launching {' '.join(cmd)}", highlight=False, soft_wrap=True)
-    timing = measure(cmd, steps, timeout, say=lambda line: err.print(line, highlight=False))
-    out = Console()
+    from fieldguide.report.consoles import console
+
+    err = console(stderr=True)
+    # The command as text, never as markup: a `[red]` in the job's arguments stays as it is.
+    err.print(Text.assemble(("fieldguide timing", "bold"), ": launching ", " ".join(cmd)), soft_wrap=True)
+    timing = measure(cmd, steps, timeout, say=lambda line: err.print(Text(line)))
+    out = console()
     out.width = min(out.width, WIDTH)
     out.print(render(timing))
     return EXIT_CLEAN

@@ -205,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(own)
     try:
         return _dispatch(args, cmd)
+    except BrokenPipeError:
+        # The reader went away (`| head`): the rest is not wanted, and neither is a traceback when
+        # Python flushes stdout at exit (the docs' recipe: point stdout at /dev/null).
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except FieldguideError as err:
         print(f"fieldguide: {err}", file=sys.stderr)
         for line in err.detail:
@@ -392,8 +399,18 @@ def _list_playbooks() -> int:
     from fieldguide.playbook import list_playbooks
 
     problems: list[str] = []
-    for playbook in list_playbooks(problems):
-        print(f"{playbook.id:<22} {playbook.purpose}")
+    import shutil
+    import textwrap
+
+    playbooks = list_playbooks(problems)
+    width = max((len(p.id) for p in playbooks), default=0) + 2
+    # On a terminal each purpose wraps under itself; off one, a line per playbook.
+    columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
+    for playbook in playbooks:
+        line = f"{playbook.id:<{width}}{playbook.purpose}"
+        if columns > width + 20:
+            line = textwrap.fill(line, columns - 1, subsequent_indent=" " * width)
+        print(line)
     for problem in problems:
         print(f"fieldguide: skipped a malformed playbook: {problem}", file=sys.stderr)
     return 0
@@ -426,9 +443,30 @@ def _render_saved(args: argparse.Namespace) -> int:
 def _list_explainable() -> int:
     from fieldguide.playbook import list_playbooks, load_causes, playbook_dirs
 
-    leaves = {leaf for playbook in list_playbooks([]) for leaf in playbook.leaves}
-    print("\n".join(sorted(load_causes(playbook_dirs()[-1])) + sorted(leaves)))
+    causes = load_causes(playbook_dirs()[-1])
+    leaves = {leaf: text for playbook in list_playbooks([]) for leaf, text in playbook.leaves.items()}
+    rows = [(cid, cause.title) for cid, cause in sorted(causes.items())]
+    rows += [(leaf, "healthy: " + _first_sentence(text)) for leaf, text in sorted(leaves.items())]
+    width = max((len(cid) for cid, _ in rows), default=0)
+    print("\n".join(f"{cid:<{width}}  {title}".rstrip() for cid, title in rows))
     return 0
+
+
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    head, dot, _ = flat.partition(". ")
+    return head + dot.strip()
+
+
+def _show_markdown(text: str) -> None:
+    """A page rendered on a terminal; off one, its Markdown as it is (nothing wrapped or padded)."""
+    if not sys.stdout.isatty():
+        sys.stdout.write(text.rstrip("\n") + "\n")
+        return
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console().print(Markdown(text))
 
 
 def _explain(item_id: str) -> int:
@@ -437,14 +475,10 @@ def _explain(item_id: str) -> int:
 
     causes = load_causes(playbook_dirs()[-1])
     cause = causes.get(item_id)
-    from rich.console import Console
-    from rich.markdown import Markdown
-
     if cause is not None:
         from fieldguide.report.fixsteps import page_markdown  # the page as every report shows it
 
-        Console().print(Markdown(f"# {cause.id}: {cause.title}\n\n"
-                                 + page_markdown(cause.why, cause.fix, cause.verify, level=2)))
+        _show_markdown(f"# {cause.id}: {cause.title}\n\n" + page_markdown(cause.why, cause.fix, cause.verify, level=2))
         return 0
     playbooks = list_playbooks([])  # a malformed playbook has no leaves to tell of (`playbooks` names it)
     found = [(playbook, playbook.leaves[item_id]) for playbook in playbooks if item_id in playbook.leaves]
@@ -456,7 +490,7 @@ def _explain(item_id: str) -> int:
     for playbook, text in found:
         pages.append(f"## In the playbook {playbook.id} ({playbook.title})\n\n"
                      f"A clean walk of {playbook.id} ends here: no cause was found.\n\n{text}\n")
-    Console().print(Markdown("\n".join(pages)))
+    _show_markdown("\n".join(pages))
     return 0
 
 

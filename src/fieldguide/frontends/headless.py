@@ -52,12 +52,11 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
     the user arms in a launched job beside the playbook's (--memory-history)."""
     import math
 
-    from rich.console import Console
-
     from fieldguide.playbook import find_playbook
-    from fieldguide.report import write_report
+    from fieldguide.report import consoles, write_report
     from fieldguide.report.render import format_for, is_stdout, render
-    from fieldguide.report.summary import summary_panel
+    from fieldguide.report.summary import summary_renderables
+    from fieldguide.report.terminal import print_renderables
     from fieldguide.walk.session import Session, launch_arm, launch_env, open_target
 
     playbook = find_playbook(playbook_id)  # bad playbooks and report paths fail before anything starts
@@ -77,7 +76,7 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
         check_writable(report)
     if on_interrupt is not None:
         signal.signal(signal.SIGINT, on_interrupt)  # a second Ctrl-C must not cut ending the job short
-    err = Console(stderr=True, highlight=False)
+    err = consoles.console(stderr=True)
     echo = (lambda line: print(f"  | {line}", file=sys.stderr)) if show_output else None
     interrupted = False
     target = None
@@ -97,7 +96,7 @@ def diagnose_headless(playbook_id: str, pid: int | None, cmd: list[str], report:
         from fieldguide.report.artifacts import place
 
         findings = place(findings, report)
-    Console(highlight=False, stderr=stdout_format is not None).print(summary_panel(findings))
+    print_renderables(consoles.console(stderr=stdout_format is not None), summary_renderables(findings))
     if stdout_format is not None:
         sys.stdout.write(render(findings, stdout_format))
         sys.stdout.flush()

@@ -38,7 +38,7 @@ __all__ = ["PlaybookError", "find_playbook", "list_playbooks", "load_causes", "l
 
 NODE_FIELDS = {"id", "question", "why", "measure", "pass", "depart", "error", "share", "share_at"}
 PLAYBOOK_FIELDS = {"id", "title", "purpose", "start", "nodes", "leaves", "prefetch", "arm", "budget", "ready_timeout",
-                   "torch_trace", "include", "local"}
+                   "torch_trace", "include", "local", "order"}
 INCLUDE_FIELDS = {"playbook", "nodes", "continue"}
 
 
@@ -64,7 +64,7 @@ def list_playbooks(problems: list[str] | None = None) -> list[Playbook]:
                 if problems is None:
                     raise
                 problems.append(str(err))
-    return list(seen.values())
+    return sorted(seen.values(), key=lambda p: (p.order, p.id))
 
 
 def find_playbook(playbook_id: str, *, trust_bundled: bool = False) -> Playbook:
@@ -316,6 +316,9 @@ def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
     local = data.get("local", False)
     if not isinstance(local, bool):
         raise PlaybookError(path, data.line_of("local"), "must be true or false", field="local")
+    order = data.get("order", 100)
+    if isinstance(order, bool) or not isinstance(order, int) or not 0 <= order <= 1000:
+        raise PlaybookError(path, data.line_of("order"), "must be a whole number from 0 to 1000", field="order")
     return Playbook(
         id=playbook_id,
         title=text_field(data, "title", path, None),
@@ -328,6 +331,7 @@ def _load_data(path: Path, data: Any, including: _Including) -> Playbook:
         arm=tuple(arm),
         budget=seconds["budget"],
         ready_timeout=seconds["ready_timeout"],
+        order=order,
         torch_trace=torch_trace,
         local=local,
         source=path,

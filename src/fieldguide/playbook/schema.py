@@ -86,6 +86,8 @@ class Playbook:
     torch_trace: bool = False
     # Walks with no process (`diagnose --local`): every node measures the machine.
     local: bool = False
+    # Where lists of playbooks put it: the most used first (slow-training), then by id.
+    order: int = 100
     source: Path | None = None
 
 

@@ -4,14 +4,16 @@ own maximum, persistence mode and MIG; each count over every GPU, each GPU in th
 
 from __future__ import annotations
 
+import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from fieldguide.host.nvml import THROTTLING, NvmlUnavailable, nvml_session, reason_names
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
-from fieldguide.probes.base import NEEDS_GPU, Probe, ProbeContext
+from fieldguide.probes.base import Probe, ProbeContext
 
 
 def gpu_health(module: Any | None = None, own_pids: set[int] | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -67,12 +69,22 @@ def gpu_health(module: Any | None = None, own_pids: set[int] | None = None) -> t
     return values, rows
 
 
+def nvidia_present(dev: Path = Path("/dev"), which: Any = shutil.which) -> str:
+    """What says this machine should have NVIDIA GPUs (device nodes, nvidia-smi), or ""."""
+    nodes = sorted(p.name for p in dev.glob("nvidia[0-9]*"))
+    found = [f"/dev/{', /dev/'.join(nodes[:2])}" + (" …" if len(nodes) > 2 else "")] if nodes else []
+    if which("nvidia-smi"):
+        found.append("nvidia-smi")
+    return ", ".join(found)
+
+
 @register
 class NodeGpus(Probe):
     id = "node.gpus"
     evidence_kinds = (ev.TABLE,)
     title = "Every GPU's fitness through NVML: other processes, clocks held down, memory errors, PCIe, persistence, MIG"
-    needs = frozenset({NEEDS_GPU})
+    # No NEEDS_GPU: on a machine with NVIDIA devices, NVML failing is a finding (the check is
+    # incomplete), not a node that does not apply. `nvidia_present` says which machine this is.
     params = {}
     values = {"gpus": "", "gpus_with_others": "", "others_memory_mb": "MB", "gpus_clocks_held": "",
               "clocks_held_by": "", "gpus_with_errors": "", "gpu_errors": "", "gpus_pcie_short": "",
@@ -86,7 +98,12 @@ class NodeGpus(Probe):
         try:
             values, rows = gpu_health(own_pids=own)
         except NvmlUnavailable as err:
-            return self.cannot(str(err), seconds=time.monotonic() - started, provenance="NVML")
+            present = nvidia_present()
+            if present:  # a broken driver reads as no GPU: that is not a node fit to train
+                return self.cannot(f"{err}, although this machine has NVIDIA devices ({present}): the GPUs "
+                                   "were not checked", seconds=time.monotonic() - started, provenance="NVML")
+            return self.cannot(f"no NVIDIA GPU here (no /dev/nvidia*, no nvidia-smi; NVML: {err})", applicable=False,
+                               seconds=time.monotonic() - started, provenance="NVML")
         return self.measurement(values=values, evidence={"table": rows}, seconds=time.monotonic() - started,
                                 provenance="NVML (nvidia-ml-py): devices, compute processes, clock event reasons, "
                                            "ECC, retired pages, remapped rows, PCIe link, persistence, MIG")

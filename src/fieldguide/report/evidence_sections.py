@@ -17,6 +17,7 @@ from fieldguide.report.section_types import (
     Cell,
     Heading,
     Paragraph,
+    Preformatted,
     Section,
     Span,
     Table,
@@ -120,8 +121,14 @@ def torch_trace(f: Findings) -> list[Section]:
     trace = f.first_of(ev.TORCH_TRACE)
     if not trace:
         return []
-    return [Paragraph((Span("Compile trace (TORCH_TRACE) in "), code(trace), Span(": open it with "),
-                       code(f"pip install tlparse; tlparse {trace}"), Span(".")))]
+    # tlparse reads one log file, not the folder: the command is each log's artifact's own.
+    commands = [a["command"] for a in f.artifacts if a.get("kind") == "torch_trace" and a.get("command")]
+    if not commands:
+        return [Paragraph((Span("Compile trace (TORCH_TRACE) in "), code(trace),
+                           Span(": no log file was written there (the job compiled nothing while traced).")))]
+    said = [Paragraph((Span("Compile trace (TORCH_TRACE) in "), code(trace), Span(": read it with "),
+                       code("pip install tlparse"), Span(" and then:")))]
+    return [*said, Preformatted(tuple(commands))]
 
 
 @renders(ev.COLD_START, place=START)

@@ -440,13 +440,28 @@ def findings_from_walk(walk: Walk, target: dict[str, Any], environment: dict[str
         verdict=walk.verdict,
         first_departure=departure,
         conclusion=conclusion,
-        conclusion_text=walk.playbook.leaves.get(conclusion or "", ""),
+        conclusion_text=_with_unmeasured(walk.playbook.leaves.get(conclusion or "", ""), walk.path),
         path=[cast(PathStep, r.to_json()) for r in walk.path],
         note=note,
         log_tail=[redact_text(line) for line in (log_tail or [])],
         evidence=evidence,
         units=units,
     )
+
+
+def _with_unmeasured(text: str, path: list[Any]) -> str:
+    """A healthy leaf's text, and what it does not cover: the nodes skipped on the way, by reason
+    (a GPU-less machine's node-check is no word on GPUs)."""
+    if not text:
+        return text
+    by_reason: dict[str, list[str]] = {}
+    for result in path:
+        if result.status == "skip" and not result.undecided:
+            by_reason.setdefault(result.note.split("; ")[0] or "not measured", []).append(result.node)
+    if not by_reason:
+        return text
+    return text + " Not measured, so not covered: " + "; ".join(
+        f"{', '.join(nodes)} ({reason})" for reason, nodes in by_reason.items()) + "."
 
 
 def _peaks(arm: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
+from rich.text import Text
 
 from fieldguide.report.findings import Findings
 from fieldguide.report.sections import experiment_sections, summary_sections
@@ -34,3 +35,10 @@ def summary_panel(findings: Findings) -> Panel:
     parts = renderables(summary_sections(findings, max_rows=FOUND_ROWS))
     return Panel(Group(*parts), title=panel_title(findings), border_style=VERDICT_STYLE.get(findings.verdict, ""),
                  title_align="left")
+
+
+def summary_renderables(findings: Findings) -> list[RenderableType]:
+    """The summary as lines to print, without a frame: a path, a command or the fix's code copied
+    from the terminal is the text alone (print with report/terminal.py's print_renderables)."""
+    title = Text(panel_title(findings), style=f"bold {VERDICT_STYLE.get(findings.verdict, '')}".strip())
+    return [title, *renderables(summary_sections(findings, max_rows=FOUND_ROWS))]

@@ -43,6 +43,12 @@ class WatchApp(App[int]):
         finally:
             if isinstance(self.screen, WatchScreen):
                 self.screen.post_message(WatchEnded())
+        # A watch given --duration is a bounded run (a script, a tmux job): it returns by itself,
+        # with its events' exit status. Without one, the ended dashboard stays until `q`.
+        if self.sentinel.duration is not None and not self.closing:
+            self.closing = True
+            self.target.close()
+            self.call_from_thread(self.exit, self.sentinel.exit_status)
 
     async def action_quit(self) -> None:  # ctrl+q, and anything else that asks the app to quit
         self.action_shutdown()
