@@ -61,8 +61,15 @@ def test_plain_fieldguide_needs_both_stdin_and_stdout_a_terminal(monkeypatch, ca
 
 
 def test_plain_fieldguide_on_a_terminal_opens_the_tui(monkeypatch, calls) -> None:
+    monkeypatch.setenv("TERM", "xterm-256color")
     assert dispatch(monkeypatch, ["--pid", "7"], stdin=True, stdout=True) == 0
     assert calls == [("tui", (7, [], None))]
+
+
+def test_a_dumb_terminal_gets_the_plain_walk_not_the_full_screen_tui(monkeypatch, calls) -> None:
+    monkeypatch.setenv("TERM", "dumb")
+    assert dispatch(monkeypatch, ["diagnose", "--playbook", "slow-training", "--pid", "7"], stdin=True, stdout=True) == 0
+    assert [kind for kind, _ in calls] == ["headless"]
 
 
 @pytest.mark.parametrize(("stdin", "stdout", "started"),

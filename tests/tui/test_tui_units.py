@@ -251,11 +251,14 @@ def test_the_help_lists_every_key_of_every_screen() -> None:
     from fieldguide.frontends.tui.screens.help import KEYS
     from fieldguide.frontends.tui.screens.picker import TargetPicker
     from fieldguide.frontends.tui.screens.walk import WalkScreen
+    from fieldguide.frontends.tui.screens.watch import EventScreen, WatchScreen
+    from fieldguide.frontends.tui.watchapp import WatchApp
 
     listed = {title: {k.strip() for key, _ in keys for k in key.replace(" / ", ",").split(",")} for title, keys in KEYS}
     names = {"question_mark": "?", "escape": "esc", "ctrl+c": "ctrl+c"}
     for title, screen in (("Everywhere", FieldguideApp), ("Target picker", TargetPicker), ("Walk", WalkScreen),
-                          ("Departure", DepartureScreen)):
+                          ("Departure", DepartureScreen), ("Watch (fieldguide watch)", WatchScreen),
+                          ("Watch (fieldguide watch)", EventScreen), ("Everywhere", WatchApp)):
         for binding in screen.BINDINGS:
             for key in binding.key.split(","):  # type: ignore[union-attr]
                 assert names.get(key, key) in listed[title], (title, key)

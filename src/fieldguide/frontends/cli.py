@@ -338,8 +338,11 @@ def _isatty(stream: object) -> bool:
 
 
 def on_terminal() -> bool:
-    """Whether the TUI can run here: it draws on stdout and reads keys from stdin, so both must be a terminal."""
-    return _isatty(sys.stdin) and _isatty(sys.stdout)
+    """Whether the TUI can run here: it draws on stdout and reads keys from stdin, so both must be a
+    terminal, and one that can draw (TERM=dumb, an editor's shell or a serial console, cannot)."""
+    import os
+
+    return _isatty(sys.stdin) and _isatty(sys.stdout) and os.environ.get("TERM", "") != "dumb"
 
 
 def tui_hint(pid: int | None = None, cmd: list[str] | None = None) -> str:

@@ -51,7 +51,7 @@ _fieldguide_ids() {{
 }}
 _fieldguide_playbook_ids() {{ fieldguide playbooks; }}
 _fieldguide_cause_ids() {{ fieldguide explain --list; }}
-_fieldguide_pids() {{ pgrep -u "${{USER:-$(id -un)}}" python; }}
+_fieldguide_pids() {{ pgrep -u "$(id -u)" python; }}  # the numeric uid: no $USER, no passwd entry needed
 _fieldguide() {{
     local cur prev cmd opts i
     cur="${{COMP_WORDS[COMP_CWORD]}}"
@@ -62,7 +62,7 @@ _fieldguide() {{
     done
     case "$prev" in
         --playbook) COMPREPLY=(); _fieldguide_ids _fieldguide_playbook_ids; return 0 ;;
-        --pid) COMPREPLY=(); _fieldguide_ids _fieldguide_pids; return 0 ;;
+        --pid) COMPREPLY=(); compopt +o default 2>/dev/null; _fieldguide_ids _fieldguide_pids; return 0 ;;
         --report|--output|-o) COMPREPLY=($(compgen -f -- "$cur")); return 0 ;;
         --format) COMPREPLY=($(compgen -W "json md html" -- "$cur")); return 0 ;;
     esac
@@ -106,7 +106,7 @@ def _fish(table: dict[str, list[str]]) -> str:
             elif opt == "--format":
                 extra = " -r -a 'json md html'"
             elif opt == "--pid":
-                extra = " -r -a '(pgrep -u (id -un) python)'"
+                extra = " -r -a '(pgrep -u (id -u) python)'"
             lines.append(f"complete -c fieldguide -n '{when}' -l {opt[2:]}{extra}")
     lines.append(f"complete -c fieldguide -n '__fish_seen_subcommand_from explain' -a '({CAUSE_IDS})'")
     lines.append("complete -c fieldguide -n '__fish_seen_subcommand_from report' -F")

@@ -39,6 +39,7 @@ class FieldguideApp(App[int]):
         Binding("q", "shutdown", "Quit"),
         Binding("ctrl+c", "shutdown", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("h", "help", "Help", show=False),
     ]
 
     def __init__(self, *, spec: TargetSpec | None, playbook: Playbook | None, scanner: Scanner,
@@ -185,8 +186,9 @@ class FieldguideApp(App[int]):
                                    f" ({walk.conclusion})" if walk.conclusion else "")
         else:
             said = f"quit mid-walk at node {walk.current}"
+        page = "the departure page" if walk.finished and walk.departure is not None else "the walk's end"
         where = (f"report: {self.last_export}" if self.last_export is not None else
-                 "report not exported (e on the departure page, or `fieldguide diagnose --report PATH`)")
+                 f"report not exported (e on {page}, or `fieldguide diagnose --report PATH`)")
         return f"fieldguide {walk.playbook.id}: {said}; {where}"
 
     def exit_code(self) -> int:

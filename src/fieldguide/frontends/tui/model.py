@@ -300,3 +300,7 @@ def gpu_line(gpu: dict[str, Any]) -> tuple[str, str]:
     if throttled:
         parts.append("⚠ " + ", ".join(throttled))
     return "  ".join(parts), "bold red" if throttled else ""
+
+# The header's icon: Textual's default "⭘" is missing from common monospace fonts (a box or a
+# blank in many terminals); "≡" is in all of them.
+HEADER_ICON = "≡"

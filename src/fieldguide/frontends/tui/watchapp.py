@@ -22,6 +22,7 @@ class WatchApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "shutdown", "Quit"),
         Binding("ctrl+c", "shutdown", "Quit", show=False, priority=True),
+        Binding("question_mark,h", "help", "Help", key_display="?"),
     ]
 
     def __init__(self, sentinel: Any, target: Any) -> None:
@@ -49,6 +50,12 @@ class WatchApp(App[int]):
             self.closing = True
             self.target.close()
             self.call_from_thread(self.exit, self.sentinel.exit_status)
+
+    def action_help(self) -> None:
+        from fieldguide.frontends.tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:  # ctrl+q, and anything else that asks the app to quit
         self.action_shutdown()

@@ -10,7 +10,11 @@ import time
 
 import torch
 import torch.nn.functional as F
-from _change import CHANGE_AFTER_S, mark_change  # this folder's helper
+
+try:  # run as a file (the helper is beside it) or as a module (-m fieldguide.workloads.changing.X)
+    from _change import CHANGE_AFTER_S, mark_change
+except ModuleNotFoundError:
+    from fieldguide.workloads.changing._change import CHANGE_AFTER_S, mark_change
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 

@@ -27,6 +27,7 @@ from fieldguide.frontends.tui.messages import (
     RemeasureStatus,
 )
 from fieldguide.frontends.tui.model import (
+    HEADER_ICON,
     declared_parts,
     expectation_rows,
     label,
@@ -89,7 +90,7 @@ class DepartureScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         d = self.departure
-        yield Header(show_clock=False)
+        yield Header(show_clock=False, icon=HEADER_ICON)
         with VerticalScroll(id="dep-scroll"):
             yield Static(self._banner(), id="dep-banner")
             yield Static("", id="dep-remeasure")

@@ -16,7 +16,7 @@ from fieldguide.frontends.tui.model import CAUSE_GLYPH, CAUSE_REACHED_GLYPH, LEA
 from fieldguide.report.vocabulary import GLYPH, STYLE
 
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("Everywhere", [("?", "this help"), ("q / ctrl+c", "quit (a launched job is ended, an attached one is left alone)"),
+    ("Everywhere", [("? / h", "this help"), ("q / ctrl+c", "quit (a launched job is ended, an attached one is left alone)"),
                     ("tab / shift+tab", "move between panes"), ("↑ ↓ pgup pgdn", "move, scroll")]),
     ("Target picker", [("enter", "diagnose the process under the cursor"), ("d", "the bundled demo"),
                        ("l", "launch a command"), ("r", "rescan processes")]),
@@ -28,6 +28,9 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Departure", [("m", "re-measure: a launched job is started afresh first"),
                    ("t", "try the fix: relaunch the job with the cause's fix applied and time both, in turns"),
                    ("e", "export the report"), ("esc / w", "back to the walk")]),
+    ("Watch (fieldguide watch)", [("enter", "open the event under the cursor (a departure's page)"),
+                                  ("esc / w", "back to the dashboard"),
+                                  ("q", "stop the watch (a walk under way writes its partial report)")]),
 ]
 
 

@@ -18,7 +18,7 @@ from textual.widgets.option_list import Option
 
 from fieldguide.frontends.tui.dialogs.error import ErrorDialog
 from fieldguide.frontends.tui.dialogs.launch import LaunchDialog
-from fieldguide.frontends.tui.model import TargetSpec
+from fieldguide.frontends.tui.model import HEADER_ICON, TargetSpec
 from fieldguide.frontends.tui.procscan import ProcInfo, Scanner, short_command
 from fieldguide.frontends.tui.widgets.gpu import GpuPanel
 
@@ -60,7 +60,7 @@ class TargetPicker(Screen[None]):
         self.scans = 0
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False)
+        yield Header(show_clock=False, icon=HEADER_ICON)
         with Vertical(id="picker"):
             yield Static("What should fieldguide diagnose?", classes="section-title")
             yield OptionList(Option(DEMO_TEXT, id="demo"),
@@ -164,7 +164,7 @@ class PlaybookPicker(Screen[None]):
         self.playbooks: dict[str, Playbook] = {}
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False)
+        yield Header(show_clock=False, icon=HEADER_ICON)
         with Vertical(id="picker"):
             yield Static(Text.assemble(("Target: ", "bold"), self.spec.describe()), id="picked-target")
             yield Static("Which playbook should it walk?", classes="section-title")

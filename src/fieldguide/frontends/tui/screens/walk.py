@@ -35,7 +35,7 @@ from fieldguide.frontends.tui.messages import (
     SessionReady,
     TargetStarted,
 )
-from fieldguide.frontends.tui.model import TargetSpec
+from fieldguide.frontends.tui.model import HEADER_ICON, TargetSpec
 from fieldguide.frontends.tui.screens.walkworkers import WalkWorkers
 from fieldguide.frontends.tui.walkstate import ADVANCE, QUEUE, START, WALK, Request, WalkState
 from fieldguide.frontends.tui.widgets.gpu import GpuPanel
@@ -75,7 +75,7 @@ class WalkScreen(WalkWorkers):
         self.target_text = spec.describe()
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False)
+        yield Header(show_clock=False, icon=HEADER_ICON)
         with Horizontal(id="walk-body"):
             yield PlaybookTree(self.playbook, id="tree")
             yield NodePanel(id="panel")

@@ -16,6 +16,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from fieldguide.frontends.tui.model import HEADER_ICON
 from fieldguide.frontends.tui.widgets.watchchart import SeriesChart
 from fieldguide.frontends.watchline import (
     SERIES_LABELS,
@@ -55,7 +56,7 @@ class WatchScreen(Screen[None]):
         self.rows: dict[str, dict[str, Any]] = {}  # table row key -> event
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=True)
+        yield Header(show_clock=True, icon=HEADER_ICON)
         yield Static("", id="watch-status")
         with VerticalScroll(id="watch-body"):
             yield Static("", id="watch-charts")
@@ -165,7 +166,7 @@ class EventScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         from fieldguide.report.summary import summary_panel
 
-        yield Header(show_clock=False)
+        yield Header(show_clock=False, icon=HEADER_ICON)
         with VerticalScroll(id="event-scroll"):
             yield Static(Text(self.headline, style="bold"))
             yield Static(summary_panel(self.findings))
