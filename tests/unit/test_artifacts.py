@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fieldguide.probes.speedscope import keep_speedscope, speedscope_profile
 from fieldguide.report.artifacts import gather, place, tlparse_command
 from fieldguide.report.findings import environment_from, findings_from_walk
@@ -69,8 +71,9 @@ def test_a_written_report_keeps_its_files_beside_it_and_links_them(tmp_path: Pat
     assert place(placed, report).artifacts == placed.artifacts  # already beside it: left where it is
     assert json.loads(render(placed, "json"))["artifacts"][0]["path"] == str(copy)
     markdown, html = render(placed, "md"), render(placed, "html")
-    assert "## Files to open" in markdown and f"(<{copy.as_uri()}>)" in markdown
-    assert f"<a href='{copy.as_uri()}'>" in html
+    # Links relative to the report: `scp -r report.html r-artifacts/ laptop:` keeps every one.
+    assert "## Files to open" in markdown and "(<r-artifacts/stacks-1.speedscope.json>)" in markdown
+    assert "<a href='r-artifacts/stacks-1.speedscope.json'>" in html and "file://" not in html
 
 
 def test_the_walks_folder_goes_once_a_written_report_keeps_its_copies() -> None:
@@ -122,3 +125,13 @@ def test_a_folder_or_links_planted_beside_the_report_are_never_written_through(t
     assert secret.read_text() == "keep"
     assert Path(again.artifacts[0]["path"]) == own / "stacks-1.speedscope.json"
     assert not os.path.islink(own / "stacks-1.speedscope.json")
+
+
+@pytest.mark.parametrize("href", ["javascript:alert(1)", "../../etc/passwd", "/etc/passwd", "https://evil.example/x"])
+def test_a_saved_reports_hostile_href_is_never_a_link(href: str) -> None:
+    """A report read back is no more trusted than the job: an href that leaves the report's folder
+    or names a scheme links the file's own path (file://), never the href."""
+    from fieldguide.report.sections import _link
+
+    link = _link({"kind": "speedscope", "path": "/tmp/x/stacks.json", "href": href})
+    assert link == "file:///tmp/x/stacks.json"

@@ -73,3 +73,21 @@ def test_the_compile_trace_section_gives_tlparse_a_file_not_the_folder() -> None
     commands = [s for s in sections if isinstance(s, Preformatted)]
     assert commands and commands[0].lines[0].startswith("tlparse /r/report-torch-trace/rank_0.log -o ")
     assert "tlparse /r/report-torch-trace\n" not in "\n".join(commands[0].lines) + "\n"
+
+
+def test_the_top_ops_an_overhead_verdict_rests_on_are_shown_in_every_format() -> None:
+    """host.overhead is decided from an op profile: its top operators (calls, total, per call,
+    share of the profiled steps) are in the terminal summary, Markdown and HTML alike."""
+    from fieldguide.report.render import render
+
+    findings = findings_with_artifacts()
+    findings.evidence = {**findings.evidence, "host.overhead": {
+        "probe": "torch.ops", "values": {"profiled_steps": 5, "profiled_step_ms": 16.6},
+        "top_ops": [{"op": "aten::matmul", "total_us": 15400.0, "count": 3000},
+                    {"op": "aten::add_", "total_us": 2100.0, "count": 1500}]}}
+    out = io.StringIO()
+    print_renderables(Console(file=out, width=80, color_system=None), summary_renderables(findings))
+    terminal = out.getvalue()
+    for text in (terminal, render(findings, "md"), render(findings, "html")):
+        assert "aten::matmul" in text and "3,000" in text and "15.4 ms" in text and "5.1 µs" in text, text[-3000:]
+        assert "19%" in text  # 15.4 ms of 5 x 16.6 ms

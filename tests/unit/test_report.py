@@ -483,7 +483,7 @@ def test_reruns_are_shown_in_markdown_html_and_the_rich_summary(departure):
     assert ("| 2026-12-02T12:01:00Z | re-measure | waits | ✓ pass | data_wait_fraction=2% | "
             "`data_wait_fraction < 0.1` | 6.0 |  |") in md
     page = to_html(departure)
-    assert "<h2>Measured again in the TUI</h2>" in page and "<td>re-measure</td>" in page
+    assert "<h2>Measured again in the TUI</h2>" in page and "<td class='k'>re-measure</td>" in page
     console = Console(record=True, width=120, color_system=None)
     console.print(summary_panel(departure))
     text = console.export_text()

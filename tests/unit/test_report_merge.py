@@ -142,7 +142,7 @@ def test_markdown_and_html(two_nodes: list[Path], tmp_path: Path, capsys: pytest
     assert capsys.readouterr().out == ""
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!doctype html>") and "<script" not in page
-    assert "<td>node-b</td>" in page and "dist.straggler" in page
+    assert "<td class='k'>node-b</td>" in page and "dist.straggler" in page
 
 
 def test_html_escapes_what_reports_say(tmp_path: Path) -> None:

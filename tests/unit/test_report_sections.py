@@ -61,7 +61,7 @@ def test_markdown_shows_a_code_span_and_html_escapes_the_title() -> None:
     assert "````\n```\n<script>alert(1)</script>\n````" in md  # output in a fence longer than any it holds
     page = format_module("html").document(ONE_OF_EACH)
     assert "<title>fieldguide report: &lt;Slow&gt; *training*</title>" in page
-    assert "<td class='depart'>✗ depart</td>" in page and "<figure><svg></svg>" in page
+    assert "<td class='depart k'>✗ depart</td>" in page and "<figure><svg></svg>" in page
     assert "<script>" not in page and "&lt;script&gt;" in page
 
 

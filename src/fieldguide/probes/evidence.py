@@ -26,6 +26,7 @@ class Artifact(TypedDict, total=False):
     path: str
     open_with: str
     command: str
+    href: str  # the path relative to the report's folder, where it is beside it: links that travel
 
 
 class StackShare(TypedDict, total=False):
@@ -107,7 +108,7 @@ GPU_USED: EvidenceKind[list[int]] = EvidenceKind("gpu_used", "the job's GPU memo
 GPUS: EvidenceKind[Rows] = EvidenceKind("gpus", "the GPUs, as NVML reports them")
 DEVICES_FROM: EvidenceKind[str] = EvidenceKind("devices_from", "how the job's GPUs were told apart")
 STATE: EvidenceKind[dict[str, Any]] = EvidenceKind("state", "torch's debug and determinism switches")
-TOP_OPS: EvidenceKind[Rows] = EvidenceKind("top_ops", "the operators that took the most time")
+TOP_OPS: EvidenceKind[Rows] = EvidenceKind("top_ops", "the operators that took the most time", shown=True)
 CONFIG: EvidenceKind[dict[str, Any]] = EvidenceKind("config", "dynamo's and inductor's settings as the job ran")
 FRAMES: EvidenceKind[Rows] = EvidenceKind("frames", "the compiled frames, with their graphs")
 REASONS: EvidenceKind[dict[str, int]] = EvidenceKind("reasons", "graph breaks counted by reason")

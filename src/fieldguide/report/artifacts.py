@@ -52,10 +52,21 @@ def place(findings: Any, report: Path) -> Any:
     for artifact in artifacts:
         source = Path(artifact["path"])
         if home in source.resolve().parents or not source.is_file():
-            placed.append(artifact)  # beside the report already (placed before, or TORCH_TRACE's folder)
+            # beside the report already (placed before, or TORCH_TRACE's folder)
+            placed.append(_with_href(artifact, source, home))
             continue
         if folder is None:  # this user's own private folder: never a link or a folder planted there
             folder = private_directory(wanted)
         copy = copy_file(source, folder / source.name)
-        placed.append({**artifact, "path": str(copy)})
+        placed.append(_with_href({**artifact, "path": str(copy)}, copy, home))
     return dataclasses.replace(findings, artifacts=placed)
+
+
+def _with_href(artifact: Artifact, path: Path, home: Path) -> Artifact:
+    """The artifact with its link relative to the report's folder, where it lies under it: the
+    report and its -artifacts/ folder copied off the node together keep every link."""
+    try:
+        relative = path.resolve().relative_to(home)
+    except ValueError:
+        return artifact
+    return {**artifact, "href": relative.as_posix()}

@@ -173,6 +173,28 @@ def ranks(f: Findings) -> list[Section]:
                                        for c in columns) for r in rows))]
 
 
+@renders(ev.TOP_OPS, place=FINDING)
+def top_ops(f: Findings) -> list[Section]:
+    """The operators the op profile timed, by total time: what an overhead verdict rests on (many
+    calls of microseconds each, or a few long ones), with each one's share of the profiled steps."""
+    found = f.of_kind(ev.TOP_OPS)
+    if not found:
+        return []
+    node, ops = found[0]
+    values = (f.evidence.get(node) or {}).get("values") or {}
+    steps, step_ms = values.get("profiled_steps"), values.get("profiled_step_ms")
+    wall_us = steps * step_ms * 1e3 if isinstance(steps, (int, float)) and isinstance(step_ms, (int, float)) else 0.0
+    rows = []
+    for op in ops:
+        total_us, calls = float(op.get("total_us") or 0.0), int(op.get("count") or 0)
+        rows.append((Cell(str(op.get("op", "")), code=True), Cell(f"{calls:,}"), Cell(f"{total_us / 1e3:.1f} ms"),
+                     Cell(f"{total_us / calls:.1f} µs" if calls else "—"),
+                     Cell(_percent(total_us / wall_us) if wall_us else "—")))
+    over = f" over {steps} profiled steps of {step_ms} ms" if wall_us else ""
+    return [Heading(3, f"Top operators{over} (torch.profiler, {node})"),
+            Table(("op", "calls", "total", "per call", "share of the steps"), tuple(rows))]
+
+
 @renders(ev.TOP_STACKS, ev.TOP_WORKER_STACKS, place=APPENDIX)
 def top_stacks(f: Findings) -> list[Section]:
     whose, stacks = f.top_stacks()

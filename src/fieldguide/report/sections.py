@@ -156,10 +156,21 @@ def artifact_sections(f: Findings, level: int = 2) -> list[Section]:
     """The files the walk left for the usual viewers: what each is, where, and what opens it."""
     if not f.artifacts:
         return []
-    rows = [(Cell(str(a.get("kind", ""))), Cell(str(a["path"]), code=True, link=_file_link(str(a["path"]))),
+    rows = [(Cell(str(a.get("kind", ""))), Cell(str(a["path"]), code=True, link=_link(a)),
              Cell(str(a.get("command") or a.get("open_with") or ""), code=bool(a.get("command"))))
             for a in f.artifacts]
     return [Heading(level, "Files to open"), Table(("kind", "file", "open with"), tuple(rows))]
+
+
+def _link(artifact: Any) -> str:
+    """Relative to the report where the file is beside it (links that survive `scp -r`), else a
+    file:// URI."""
+    href = artifact.get("href")
+    if isinstance(href, str) and href and not href.startswith(("/", "..")) and ":" not in href.split("/")[0]:
+        from urllib.parse import quote
+
+        return quote(href)
+    return _file_link(str(artifact["path"]))
 
 
 def _file_link(path: str) -> str:

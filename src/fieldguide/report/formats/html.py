@@ -30,8 +30,8 @@ NAME = "html"
 SUFFIXES = (".html", ".htm")
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0;max-width:100%}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
-td{overflow-wrap:anywhere}td code{white-space:pre-wrap;word-break:break-all}
+.table{overflow-x:auto;margin:1em 0}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+td{overflow-wrap:break-word}td.k,th{white-space:nowrap}td code{white-space:pre-wrap;overflow-wrap:anywhere}
 code,pre{font-family:ui-monospace,monospace;background:#f4f4f4}pre{padding:8px;overflow-x:auto}
 .pass{color:#1a7f37}.depart{color:#cf222e;font-weight:bold}.skip{color:#777}.error{color:#9a6700}
 .verdict{padding:8px 12px;border-left:4px solid #cf222e;background:#fff5f5}.clean{border-color:#1a7f37;background:#f3fff5}
@@ -43,11 +43,15 @@ def _spans(spans: tuple[Span, ...]) -> str:
                    if s.style == "bold" else escape(s.text) for s in spans)
 
 
+KEEP_WHOLE = 24  # a cell this short (an id, a number, a status) never breaks: the browser gives it its width
+
+
 def _cell(cell: Cell) -> str:
     text = f"<code>{escape(cell.text)}</code>" if cell.code else escape(cell.text)
     if cell.link:
         text = f"<a href='{escape(cell.link)}'>{text}</a>"
-    return f"<td class='{escape(cell.status)}'>{text}</td>" if cell.status else f"<td>{text}</td>"
+    classes = " ".join(c for c in (cell.status, "k" if len(cell.text) <= KEEP_WHOLE else "") if c)
+    return f"<td class='{escape(classes)}'>{text}</td>" if classes else f"<td>{text}</td>"
 
 
 def section_html(section: Section) -> str:
@@ -66,8 +70,9 @@ def section_html(section: Section) -> str:
             f"<p class='error'>{text}</p>" if section.kind == "error" else f"<p>{text}</p>"
     if isinstance(section, Table):
         head = "<tr>" + "".join(f"<th>{escape(c)}</th>" for c in section.columns) + "</tr>"
-        return "<table>" + head + "".join("<tr>" + "".join(map(_cell, row)) + "</tr>" for row in section.rows) \
-            + "</table>"
+        # A table wider than the page scrolls sideways in its own box; no cell is squeezed to a letter a line.
+        return "<div class='table'><table>" + head + "".join("<tr>" + "".join(map(_cell, row)) + "</tr>"
+                                                            for row in section.rows) + "</table></div>"
     if isinstance(section, FixPage):
         return page_html(section.why, list(section.fix), section.verify)
     if isinstance(section, Timeline):
