@@ -45,6 +45,11 @@ def healthy_values() -> dict[str, dict[str, Any]]:
         "torch.ops": {"ops_per_step": 200.0, "median_op_us": 50.0, "op_time_fraction": 0.9, "profiled_steps": 5,
                       "profiled_step_ms": 25.0, "loader_fraction": 0.01, "overhead_fraction": 0.1,
                       "overhead_detail": "200 ops a step with a median of 50.0 µs; 90% of step time inside ops"},
+        "torch.efficiency": {"gflop_per_step": 2.5, "dtype_mix": "float32 on cpu 100%", "slow_dtype_fraction": 0.0,
+                             "slow_dtype": "", "precision_from": None, "achieved_gflops": 100.0, "peak_gflops": 150.0,
+                             "peak_fraction": 0.67, "intra_op_threads": 8, "usable_cores": 8.0, "idle_cores": 0.2,
+                             "threads_from": "torch's default here", "long_op_fraction": 0.7, "threads_gain": 0.0},
+        "stacks.native": {"slow_dtype_fraction": 0.0, "slow_dtype": "", "blas_samples": 12, "samples": 20},
     }
 
 

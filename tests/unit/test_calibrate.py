@@ -40,7 +40,8 @@ GPU_POINTS = [Point("gpu.matmul", "fp32", "TFLOP/s", 51.0, 50.2, 51.3, 5),
 
 def points(gpu: bool = False) -> list[Point]:
     out = [Point("cpu.matmul", 512, "GFLOP/s", 40.0, 35.0, 44.0, 5),
-           Point("cpu.matmul", 1024, "GFLOP/s", 54.4, 40.6, 75.8, 5)]
+           Point("cpu.matmul", 1024, "GFLOP/s", 54.4, 40.6, 75.8, 5),
+           Point("cpu.matmul.fp64", 1024, "GFLOP/s", 27.1, 22.0, 30.3, 5)]
     out += [Point("loader.waiting", w, "batches/s", r, r * 0.95, r * 1.02, 5) for w, r in WAITING.items()]
     out += [Point("loader.cpu", w, "batches/s", r, r * 0.8, r * 1.1, 5) for w, r in CPU.items()]
     return out + (GPU_POINTS if gpu else [])
@@ -159,7 +160,7 @@ def test_bench_records_become_a_calibration(monkeypatch: pytest.MonkeyPatch) -> 
     cal = command.from_records(records, elapsed=12.5)
     assert cal.host == "testhost" and cal.device == "cpu" and cal.identity["quick"] is True
     assert cal.values["cpu_plateau_workers"] == 2 and cal.missing["gpu_sync_us"] == "no CUDA device"
-    line = command.progress_line(records[7])
+    line = command.progress_line(next(r for r in records if r.get("series") == "loader.waiting" and r.get("x") == 8))
     assert line is not None and "DataLoader, waiting" in line and "8 workers" in line and "batches/s" in line
 
 

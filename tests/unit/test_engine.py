@@ -25,7 +25,7 @@ from fieldguide.walk.engine import (
 )
 from fieldguide.walk.runner import ProbeRunner
 
-ALL_NODES = ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait", "host.blocking-io", "host.loop-work", "host.overhead"]
+ALL_NODES = ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait", "host.blocking-io", "host.loop-work", "host.overhead", "device.efficiency", "host.threads"]
 
 
 def statuses(walk: Walk) -> list[tuple[str, str]]:
@@ -42,7 +42,7 @@ def test_healthy_launch_walk_is_clean(walk_with):
     assert walk.conclusion == "device.compute_bound"
     assert walk.departure is None
     assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags", "loop.steps", "loop.steps", "loop.steps",
-                          "stacks.sample", "torch.ops"]
+                          "stacks.sample", "torch.ops", "torch.efficiency", "torch.efficiency"]
     trains = walk.path[0]
     assert trains.probe == "training.activity"
     assert trains.measured == {"trains": True}
@@ -56,7 +56,9 @@ def test_healthy_launch_walk_is_clean(walk_with):
                               "sync_debug_on == false and cuda_launch_blocking == false")
     assert flags.note == "" and flags.seconds == 0.25
     # Overhead is a measured share of the step outside ops; op counts and sizes alone decide nothing.
-    assert walk.path[-1].expected == "overhead_fraction < 0.5"
+    assert walk.path[-3].expected == "overhead_fraction < 0.5"
+    # Past compute-bound: the dtype of the step's FLOPs and its threads against its cores.
+    assert walk.path[-2].expected == "slow_dtype_fraction < 0.5" and walk.path[-1].expected == "threads_gain < 0.15"
 
 
 def test_step_by_step_and_callback(slow_training):
@@ -105,7 +107,7 @@ def test_data_wait_with_waiting_producer_is_input_waiting(walk_with):
     # The input share departed and its cause is named; the walk goes on over the other shares.
     assert statuses(walk) == [("target.trains", PASS), ("dist.ranks", PASS), ("dist.comm", PASS), ("env.debug-flags", PASS), ("input.worker-startup", PASS),
                               ("input.data-wait", DEPART), ("input.producer", PASS), ("host.blocking-io", PASS),
-                              ("host.loop-work", PASS), ("host.overhead", PASS)]
+                              ("host.loop-work", PASS), ("host.overhead", PASS), ("device.efficiency", PASS), ("host.threads", PASS)]
     assert walk.verdict == DEPARTURE
     d = walk.departure
     assert d.node == "input.data-wait"  # the first departure, not the producer node after it
@@ -124,7 +126,7 @@ def test_data_wait_with_waiting_producer_is_input_waiting(walk_with):
     assert producer.probe == "stacks.sample"
     assert producer.note == "loop.steps: no value for producer_cpu_fraction (not measured for this target)"
     assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags", "loop.steps", "loop.steps", "loop.steps",
-                          "stacks.sample", "loop.steps", "stacks.sample", "torch.ops"]
+                          "stacks.sample", "loop.steps", "stacks.sample", "torch.ops", "torch.efficiency", "torch.efficiency"]
 
 
 def test_data_wait_with_cpu_bound_producer_is_input_cpu_bound(walk_with):
@@ -172,7 +174,7 @@ def test_producer_cpu_from_the_loop_decides_first(walk_with):
     assert d.summary.startswith(f"60% of each step is spent waiting for the next batch (in {input_from}), "
                                 "and the code producing batches (the training thread) is on the CPU 90% of the")
     assert fake.calls == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags", "loop.steps", "loop.steps", "loop.steps",
-                          "loop.steps", "stacks.sample", "torch.ops"]
+                          "loop.steps", "stacks.sample", "torch.ops", "torch.efficiency", "torch.efficiency"]
 
 
 def test_producer_values_missing_from_the_loop_come_from_the_node_that_measured_them(walk_with):
@@ -202,9 +204,9 @@ def test_blocking_io_departure(walk_with):
     """Launched: the loop's timed torch.save and sampled I/O decide, whatever the outside window saw."""
     walk, _ = walk_with({"loop.steps": {"io_fraction": 0.16, "save_fraction": 0.16},
                          "stacks.sample": {"io_fraction": 0.06}})
-    assert statuses(walk)[-3] == ("host.blocking-io", DEPART)
+    assert statuses(walk)[-5] == ("host.blocking-io", DEPART)
     d = walk.departure
-    assert d.cause.id == "host.blocking_io" and walk.path[-3].probe == "loop.steps"
+    assert d.cause.id == "host.blocking_io" and walk.path[-5].probe == "loop.steps"
     assert d.measured == {"io_fraction": 0.16}
     assert d.summary.startswith("16% of the training thread's time is in serialization or file/network I/O")
 
@@ -242,14 +244,15 @@ def test_attach_mode_uses_outside_probes_and_skips_agent_only_nodes(walk_with):
     walk, fake = walk_with(caps=ATTACH)
     assert statuses(walk) == [("target.trains", PASS), ("dist.ranks", PASS), ("dist.comm", PASS), ("env.debug-flags", PASS), ("input.worker-startup", PASS),
                               ("input.data-wait", PASS), ("host.blocking-io", PASS), ("host.loop-work", PASS),
-                              ("host.overhead", PASS)]
+                              ("host.overhead", PASS), ("device.efficiency", PASS), ("host.threads", SKIP)]
     assert [r.probe for r in walk.path] == ["training.activity", "dist.ranks", "dist.ranks", "torch.flags.outside", "stacks.sample",
-                                            "stacks.sample", "stacks.sample", "stacks.sample", "stacks.sample"]
+                                            "stacks.sample", "stacks.sample", "stacks.sample", "stacks.sample",
+                                            "stacks.native", None]
     assert "torch.flags" not in fake.calls and "loop.steps" not in fake.calls and "torch.ops" not in fake.calls
     flags = walk.path[3]
     assert flags.measured == {"cuda_launch_blocking": False, "anomaly_trace_samples": 0, "profiler_fraction": 0.0}
     assert flags.note.startswith("torch.flags needs the in-process agent")
-    overhead = walk.path[-1]
+    overhead = walk.path[-3]
     # Ops are profiled only inside the job; from outside, a trainer's own code in the stacks.
     assert overhead.measured == {"bookkeeping_fraction": 0.05} and overhead.expected == "bookkeeping_fraction < 0.4"
     assert walk.verdict == CLEAN
@@ -375,7 +378,7 @@ def test_error_keeps_walking_but_a_leaf_past_an_error_is_not_clean(walk_with):
     walk, _ = walk_with({"torch.flags": Measurement.cannot("torch.flags", "torch not imported"),
                          "torch.flags.outside": Measurement.cannot("torch.flags.outside", "no py-spy")})
     assert statuses(walk)[:4] == [("target.trains", PASS), ("dist.ranks", PASS), ("dist.comm", PASS), ("env.debug-flags", ERROR)]
-    assert [s for _, s in statuses(walk)[4:]] == [PASS] * 5
+    assert [s for _, s in statuses(walk)[4:]] == [PASS] * 7
     assert walk.conclusion == "device.compute_bound"
     assert walk.verdict == INCONCLUSIVE  # the debug switches were never ruled out
     assert "env.debug-flags (torch.flags: torch not imported" in walk.caveat

@@ -29,6 +29,7 @@ CONTRACT_CAUSES = {
     "dist.waits_on_remote_ranks",
     "dist.imbalance",
     "host.loop_work",  # the loop's own work beside the step (issue 32)
+    "device.precision", "host.threads_limited",  # a busy device doing its work the slow way (issue 36)
 }
 
 TINY = """\
@@ -111,7 +112,8 @@ def test_slow_training_loads_with_its_nodes(slow_training):
     assert pb.id == "slow-training"
     assert pb.start == "target.trains"
     assert set(pb.nodes) == {"target.trains", "dist.ranks", "dist.uneven", "dist.remote", "dist.comm", "env.debug-flags", "input.worker-startup", "input.data-wait",
-                             "input.producer", "host.blocking-io", "host.loop-work", "host.overhead"}
+                             "input.producer", "host.blocking-io", "host.loop-work", "host.overhead", "device.efficiency",
+                             "host.threads"}
     assert "device.compute_bound" in pb.leaves
     assert pb.source is not None and pb.source.name == "slow-training.yaml"
 
@@ -130,7 +132,8 @@ def test_every_cause_the_playbook_names_has_a_full_page(slow_training):
     named = {e.target for n in slow_training.nodes.values() for e in (n.on_pass, n.on_depart, n.on_error)
              if e is not None and e.kind == "cause"}
     assert named == {"dist.straggler", "dist.imbalance", "dist.comm_bound", "dist.waits_on_remote_ranks", "host.debug_mode", "input.worker_startup", "input.waiting",
-                     "input.cpu_bound", "host.blocking_io", "host.loop_work", "host.overhead_bound"}
+                     "input.cpu_bound", "host.blocking_io", "host.loop_work", "host.overhead_bound", "device.precision",
+                     "host.threads_limited"}
     assert named <= CONTRACT_CAUSES
     for cause_id in named:
         cause = slow_training.causes[cause_id]
@@ -160,8 +163,10 @@ def test_edges_of_the_real_playbook(slow_training):
     assert (nodes["env.debug-flags"].on_depart.kind, nodes["env.debug-flags"].on_depart.target) == \
         ("cause", "host.debug_mode")
     assert nodes["input.data-wait"].on_depart.target == "input.producer"
-    assert (nodes["host.overhead"].on_pass.kind, nodes["host.overhead"].on_pass.target) == \
-        ("leaf", "device.compute_bound")
+    assert (nodes["host.overhead"].on_pass.kind, nodes["host.overhead"].on_pass.target) == ("node", "device.efficiency")
+    assert (nodes["device.efficiency"].on_depart.kind, nodes["device.efficiency"].on_depart.target) == \
+        ("cause", "device.precision")
+    assert (nodes["host.threads"].on_pass.kind, nodes["host.threads"].on_pass.target) == ("leaf", "device.compute_bound")
     assert nodes["host.overhead"].measure[0].params == {"steps": 5}
 
 

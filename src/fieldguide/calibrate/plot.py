@@ -15,7 +15,7 @@ from fieldguide.calibrate.results import VALUES, Calibration, Point
 
 EIGHTHS = " ▏▎▍▌▋▊▉"
 SERIES_TITLES = {"loader.waiting": "DataLoader, waiting", "loader.cpu": "DataLoader, CPU work",
-                 "cpu.matmul": "CPU matmul fp32", "gpu.matmul": "GPU matmul 4096", "gpu.h2d": "host→device copy",
+                 "cpu.matmul": "CPU matmul fp32", "cpu.matmul.fp64": "CPU matmul fp64", "gpu.matmul": "GPU matmul 4096", "gpu.h2d": "host→device copy",
                  "gpu.launch": "kernel launch", "gpu.sync": "cuda.synchronize"}
 
 

@@ -16,6 +16,7 @@ VALUES: dict[str, str] = {
     "waiting_scaling_8": "waiting loader: 8 workers' speed-up over 0",
     "cpu_plateau_workers": "CPU-work loader: workers within 15% of best",
     "cpu_matmul_gflops": "CPU matmul fp32 1024², GFLOP/s",
+    "cpu_matmul_gflops_fp64": "CPU matmul fp64 1024², GFLOP/s",
     "gpu_matmul_tflops_fp32": "GPU matmul 4096², fp32 (no TF32), TFLOP/s",
     "gpu_matmul_tflops_tf32": "GPU matmul 4096², TF32, TFLOP/s",
     "gpu_matmul_tflops_bf16": "GPU matmul 4096², bf16, TFLOP/s",
@@ -31,6 +32,7 @@ PLATEAU_WITHIN = 0.85  # a worker count within 15% of the pipeline's best rate h
 # series name and x -> the value it gives directly
 _DIRECT: dict[tuple[str, Any], str] = {
     ("cpu.matmul", 1024): "cpu_matmul_gflops",
+    ("cpu.matmul.fp64", 1024): "cpu_matmul_gflops_fp64",
     **{("gpu.matmul", d): f"gpu_matmul_tflops_{d}" for d in ("fp32", "tf32", "bf16", "fp16")},
     ("gpu.h2d", "pinned"): "gpu_h2d_pinned_gbs",
     ("gpu.h2d", "pageable"): "gpu_h2d_pageable_gbs",

@@ -375,7 +375,13 @@ def _included(spec: Any, data: LineDict, path: Path, including: _Including) -> d
         for key in ("on_pass", "on_depart", "on_error"):
             edge = getattr(node, key)
             if edge is not None and edge.kind in ("node", "leaf") and edge.target in leads:
-                edge = replace(edge, target=str(leads[edge.target]))  # here, not where the other playbook went
+                # here, not where the other playbook went: a node id, or {leaf: id} for one of this
+                # playbook's healthy leaves
+                lead = leads[edge.target]
+                if isinstance(lead, dict) and set(lead) == {"leaf"} and isinstance(lead["leaf"], str):
+                    edge = replace(edge, kind="leaf", target=lead["leaf"])
+                else:
+                    edge = replace(edge, target=str(lead))
             elif edge is not None and edge.kind == "node" and edge.target not in wanted:
                 raise PlaybookError(path, spec.line, f"included node {node_id} leads to {other_id}'s "
                                     f"{edge.target}: say under `continue` where to go instead", field="include")

@@ -117,6 +117,8 @@ EAGER_MS: EvidenceKind[list[float]] = EvidenceKind("eager_ms", "the eager arm's 
 TURNS: EvidenceKind[Rows] = EvidenceKind("turns", "the A/B's turns: arm, steps, seconds")
 DEVICE_MS: EvidenceKind[list[float]] = EvidenceKind("device_ms", "the steps' device time, ms")
 HOST_MS: EvidenceKind[list[float]] = EvidenceKind("host_ms", "the steps' host time, ms")
+RATE: EvidenceKind[dict[str, Any]] = EvidenceKind(
+    "rate", "the step's FLOPs, the rate achieved and this machine's peak, the intra-op threads", shown=True)
 ARTIFACTS: EvidenceKind[list[Artifact]] = EvidenceKind(
     "artifacts", "files left for the usual viewers (speedscope, Perfetto, tlparse, memory_viz)")
 
@@ -124,7 +126,7 @@ KINDS: dict[str, EvidenceKind[Any]] = {kind.key: kind for kind in (
     TABLE, BUDGET, TOP_STACKS, TOP_WORKER_STACKS, COLD_START, TORCH_TRACE, RANKS, JOB, STEP_MS, DATA_WAIT_MS, EPOCH_STARTS,
     INPUT_PHASE, MAIN_CATEGORIES, WORKER_CATEGORIES, SAMPLES, RSS_MB, MAIN_CPU_CORES, WORKER_CPU_CORES,
     PER_PROCESS_CORES, ROWS, RSS, CENSUS, GROWING, KEPT_BY, BREAKDOWN, MESSAGE, CUDA, LIMITS, GPU, GPU_USED, GPUS,
-    DEVICES_FROM, STATE, TOP_OPS, CONFIG, FRAMES, REASONS, COMPILED_MS, EAGER_MS, TURNS, DEVICE_MS, HOST_MS, ARTIFACTS)}
+    DEVICES_FROM, STATE, TOP_OPS, CONFIG, FRAMES, REASONS, COMPILED_MS, EAGER_MS, TURNS, DEVICE_MS, HOST_MS, RATE, ARTIFACTS)}
 
 # What the stack sampler leaves (probes/stacks.stack_values), for every probe that passes it on.
 STACK_KINDS = (BUDGET, MAIN_CATEGORIES, WORKER_CATEGORIES, TOP_STACKS, TOP_WORKER_STACKS, ARTIFACTS)

@@ -60,7 +60,8 @@ class OpProfile(AgentProbe):
               "profiled_steps": "", "profiled_step_ms": "ms", "loader_fraction": "fraction",
               "overhead_fraction": "fraction", "overhead_detail": "", "bookkeeping_fraction": "fraction",
               "ranks_wait_fraction": "fraction",
-              "bookkeeping_at": "", "anomaly_checks_per_step": "", "anomaly_check_fraction": "fraction"}
+              "bookkeeping_at": "", "anomaly_checks_per_step": "", "anomaly_check_fraction": "fraction",
+              "long_op_fraction": "fraction"}
     # From the walk's stack window: how much of the overhead is a framework's own code, and where.
     BOOKKEEPING_SHOWN = 0.1
 
@@ -92,6 +93,7 @@ class OpProfile(AgentProbe):
             # Anomaly mode's NaN checks inside backward nodes (an agent older than the count: None).
             "anomaly_checks_per_step": profile.get("anomaly_checks_per_step"),
             "anomaly_check_fraction": profile.get("anomaly_check_fraction"),
+            "long_op_fraction": profile.get("long_op_fraction"),
         }
         window = stack_window(ctx)
         values["overhead_fraction"] = overhead_share(profile, window)

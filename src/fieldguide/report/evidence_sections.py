@@ -195,6 +195,29 @@ def top_ops(f: Findings) -> list[Section]:
             Table(("op", "calls", "total", "per call", "share of the steps"), tuple(rows))]
 
 
+@renders(ev.RATE, place=FINDING)
+def achieved_rate(f: Findings) -> list[Section]:
+    """How fast the step is against what this machine can do: GFLOP a step by dtype, the rate
+    achieved, its share of the calibrated peak (or why there is none), and the threads it ran."""
+    rate = f.first_of(ev.RATE)
+    if not rate or not rate.get("gflop_per_step"):
+        return []
+    said = f"This step does {rate['gflop_per_step']:g} GFLOP ({str(rate.get('dtype_mix')).split(' of ')[0]})"
+    achieved, peak = rate.get("achieved_gflops"), rate.get("peak_gflops")
+    if isinstance(achieved, (int, float)):
+        said += f" at {achieved:g} GFLOP/s"
+        if isinstance(peak, (int, float)) and peak > 0:
+            said += f": {achieved / peak:.0%} of this machine's peak ({peak:g} GFLOP/s; {rate.get('peak_from')})"
+        else:
+            said += f"; no peak to compare with: {rate.get('peak_from')}"
+    threads = rate.get("intra_op_threads")
+    if threads is not None:
+        said += f". It runs {threads} intra-op thread{'s' if threads != 1 else ''}"
+        if rate.get("usable_cores") is not None:
+            said += f" of {rate['usable_cores']:g} usable cores ({rate.get('usable_why')})"
+    return [Heading(3, "How fast the step is against this machine"), Paragraph((Span(said + "."),))]
+
+
 @renders(ev.TOP_STACKS, ev.TOP_WORKER_STACKS, place=APPENDIX)
 def top_stacks(f: Findings) -> list[Section]:
     whose, stacks = f.top_stacks()

@@ -43,7 +43,6 @@ class SmallConvNet(nn.Module):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels keep step times steady on a shared 2-core box
     images, labels = make_images(4096)
     dataset = TensorDataset(images, labels)
     batches = BatchSampler(RandomSampler(dataset), batch_size=48, drop_last=True)

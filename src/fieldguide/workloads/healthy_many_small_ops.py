@@ -42,7 +42,6 @@ class Block(nn.Module):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     features = torch.randn(32768, WIDTH)
     targets = torch.sin(features[:, :4].sum(1, keepdim=True)) * torch.cos(features[:, 4:8]).mean(1, keepdim=True)
     model = nn.Sequential(*[Block() for _ in range(BLOCKS)], nn.LayerNorm(WIDTH), nn.Linear(WIDTH, 1))

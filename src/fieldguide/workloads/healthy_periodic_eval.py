@@ -52,7 +52,6 @@ def evaluate(model, x_val, y_val):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     g = torch.Generator().manual_seed(0)
     x_train, y_train = textures(8192, g)
     x_val, y_val = textures(EVAL_BATCHES * BATCH, g)

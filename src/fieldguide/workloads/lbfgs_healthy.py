@@ -29,7 +29,6 @@ def response(x):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     x = torch.rand(N, DIM) * 2 - 1
     y = response(x)
     model = nn.Sequential(nn.Linear(DIM, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(), nn.Linear(512, OUT))

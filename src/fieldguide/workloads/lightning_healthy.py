@@ -53,7 +53,6 @@ class StopAfter(L.Callback):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     x = torch.randn(8192, FEATURES)
     y = x[:, :8].sum(dim=1, keepdim=True)
     with tempfile.TemporaryDirectory(prefix="fg-lightning-") as root:

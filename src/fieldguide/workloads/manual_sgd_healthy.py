@@ -58,7 +58,6 @@ class HandSGD:
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     features, labels = make_data()
     model = Classifier()
     sgd = HandSGD(model.parameters())

@@ -11,6 +11,7 @@ arguments its calls receive.
   dynamo.capture_scalar_outputs=true  .item() in a compiled forward captured instead of breaking
   debug.anomaly=false                 set_detect_anomaly / detect_anomaly do nothing
   debug.sync_debug=false              set_sync_debug_mode(...) sets 0
+  threads.intra_op=N                  N intra-op threads, whatever torch.set_num_threads the job calls
 
 Each change is streamed as `applied` ({name, value, where}), so a report can say what the arm
 really ran with; an unknown name is a failed hook, never silently ignored.
@@ -29,8 +30,8 @@ from typing import Any
 from ..capability import Capability
 
 KNOWN = ("dataloader.num_workers", "dataloader.pin_memory", "dataloader.persistent_workers", "compile.dynamic",
-         "dynamo.capture_scalar_outputs", "debug.anomaly", "debug.sync_debug")
-COUNTS = ("dataloader.num_workers",)  # a whole number, 0 or more; every other name takes true or false
+         "dynamo.capture_scalar_outputs", "debug.anomaly", "debug.sync_debug", "threads.intra_op")
+COUNTS = ("dataloader.num_workers", "threads.intra_op")  # a whole number, 0 or more; every other name takes true or false
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
@@ -164,6 +165,8 @@ class Overrides(Capability):
             base = torch.cuda.set_sync_debug_mode
             torch.cuda.set_sync_debug_mode = lambda mode: base(0)
             self.note("debug.sync_debug", False, "torch.cuda")
+        if "threads.intra_op" in self.values and self.values["threads.intra_op"] > 0:
+            self.patch_threads(torch, int(self.values["threads.intra_op"]))
         if "dynamo.capture_scalar_outputs" in self.values:
             # On the importing thread: torch's config overrides are thread-local.
             if "torch._dynamo" in sys.modules:
@@ -208,6 +211,21 @@ class Overrides(Capability):
             base_init(loader, *args, **kwargs)
 
         loader_cls.__init__ = __init__
+
+    def patch_threads(self, torch: ModuleType, count: int) -> None:
+        """The job runs `count` intra-op threads from its import of torch on: a set_num_threads of
+        its own sets `count` instead (and is noted with its line)."""
+        base = torch.set_num_threads
+        capability = self
+
+        @functools.wraps(base)
+        def set_num_threads(wanted: int) -> None:
+            capability.note("threads.intra_op", count, f"{caller()} (asked for {wanted})")
+            base(count)
+
+        base(count)
+        self.note("threads.intra_op", count, "import torch")
+        setattr(torch, "set_num_threads", set_num_threads)  # noqa: B010
 
     def patch_compile(self, torch: ModuleType) -> None:
         base = torch.compile
