@@ -151,3 +151,19 @@ def test_from_outside_the_blas_precision_decides_and_the_threads_node_is_skipped
     values["stacks.native"] = {"slow_dtype_fraction": 0.95, "slow_dtype": "float64", "blas_samples": 19, "samples": 20}
     found = walk(values, frozenset({"process"}))
     assert found.departure is not None and found.departure.cause.id == "device.precision"
+
+
+def test_threads_and_precision_are_shares_ranked_with_the_others() -> None:
+    """A job with a save every step (40% of it) and one thread of two cores (20% to gain): one job,
+    one verdict, the largest share first; the thread count follows under also-departing."""
+    values = healthy_values()
+    values["loop.steps"] = {**values["loop.steps"], "io_fraction": 0.4, "save_fraction": 0.4}
+    values["torch.efficiency"] = {**values["torch.efficiency"], "intra_op_threads": 1, "usable_cores": 2.0,
+                                  "idle_cores": 0.9, "long_op_fraction": 0.4, "threads_gain": 0.2,
+                                  "threads_from": "set by torch.set_num_threads(1) at train.py:8"}
+    found = walk(values)
+    assert found.departure is not None and found.departure.cause.id == "host.blocking_io"
+    assert [d.cause.id for d in found.also] == ["host.threads_limited"]
+    values["torch.efficiency"]["threads_gain"] = 0.45  # now the larger share
+    found = walk(values)
+    assert found.departure.cause.id == "host.threads_limited" and found.departure.share == 0.45

@@ -129,6 +129,7 @@ class StepEfficiency(AgentProbe):
     capability = "efficiency"
     params = {"timeout": 20.0}
     values = {"gflop_per_step": "GFLOP", "dtype_mix": "", "slow_dtype_fraction": "fraction", "slow_dtype": "",
+              "precision_share": "fraction",
               "precision_from": "", "achieved_gflops": "GFLOP/s", "peak_gflops": "GFLOP/s", "peak_fraction": "fraction",
               "intra_op_threads": "", "usable_cores": "cores", "idle_cores": "cores", "threads_from": "",
               "long_op_fraction": "fraction", "threads_gain": "fraction"}
@@ -153,6 +154,11 @@ class StepEfficiency(AgentProbe):
                                     "before the agent loaded)") if values["slow_dtype_fraction"] else None
         values.update(self._rate(ctx, flops, state))
         values.update(self._threads(ctx, state))
+        # The step's time in the slow dtype's long ops (a matmul's share of the step times the
+        # share of FLOPs in the slow dtype): the share the walk ranks this cause by.
+        long_share = values.get("long_op_fraction")
+        values["precision_share"] = round(values["slow_dtype_fraction"] * (long_share if isinstance(
+            long_share, (int, float)) else 1.0), 3)
         rate = {k: values.get(k) for k in ("gflop_per_step", "dtype_mix", "achieved_gflops", "peak_gflops",
                                            "peak_fraction", "intra_op_threads", "usable_cores", "idle_cores")}
         rate["peak_from"], rate["usable_why"] = values.pop("peak_from", None), values.pop("usable_why", None)

@@ -56,7 +56,8 @@ class NativeStacks(Probe):
     needs = frozenset({NEEDS_PROCESS})
     evidence_kinds = (ev.TABLE,)
     params = {"seconds": 2.0, "rate": 10}
-    values = {"slow_dtype_fraction": "fraction", "slow_dtype": "", "blas_samples": "", "samples": "", "dtype_mix": "",
+    values = {"slow_dtype_fraction": "fraction", "slow_dtype": "", "precision_share": "fraction", "blas_samples": "",
+              "samples": "", "dtype_mix": "",
               "precision_from": ""}
 
     def run(self, ctx: ProbeContext, seconds: float = 2.0, rate: int = 10) -> Measurement:
@@ -87,6 +88,7 @@ class NativeStacks(Probe):
         double = sum(counts.get(letter, 0) for letter in DOUBLE)
         mix = ", ".join(f"{PRECISION.get(k, k)} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
         values = {"slow_dtype_fraction": double / blas, "slow_dtype": "float64" if double else "",
+                  "precision_share": double / samples if samples else None,
                   "blas_samples": blas, "samples": samples, "dtype_mix": f"BLAS samples: {mix}",
                   "precision_from": "the line that set it is named by a launched walk (fieldguide diagnose -- CMD)"}
         return self.measurement(values=values, provenance=provenance, seconds=elapsed,

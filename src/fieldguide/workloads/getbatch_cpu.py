@@ -115,7 +115,6 @@ def get_batch(raw_bytes, merges, rng):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     # On SIGTERM, unwind normally so the temporary directory is removed.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory(prefix="fg-corpus-") as data_dir:

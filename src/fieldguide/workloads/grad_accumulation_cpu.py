@@ -47,7 +47,6 @@ def simulate_micro_batch(rng):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     rng = random.Random(0)
     model = nn.Sequential(
         nn.Conv1d(3, 64, 7, padding=3), nn.ReLU(), nn.MaxPool1d(2),

@@ -49,7 +49,6 @@ class StopAfter(TrainerCallback):
 
 def main():
     torch.manual_seed(0)
-    torch.set_num_threads(1)  # single-threaded kernels (shared 2-core box)
     config = GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=128, n_layer=2, n_head=2)
     with tempfile.TemporaryDirectory(prefix="fg-hf-") as out:
         args = TrainingArguments(output_dir=out, per_device_train_batch_size=8, max_steps=1_000_000,

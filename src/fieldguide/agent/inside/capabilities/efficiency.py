@@ -55,7 +55,7 @@ class Efficiency(Capability):
         module = getattr(getattr(torch, "nn", None), "Module", None)
         if module is not None:
             self._wrap(module, "double", "float64", lambda args: "Module.double()")
-            original_to = module.to
+            original_to = getattr(module.to, "_fieldguide_original", module.to)
 
             def to(this: Any, *args: Any, **kwargs: Any) -> Any:
                 try:
@@ -66,12 +66,15 @@ class Efficiency(Capability):
                     pass
                 return original_to(this, *args, **kwargs)
 
+            to._fieldguide_original = original_to  # type: ignore[attr-defined]
             module.to = to
 
     def _wrap(self, owner: Any, attr: str, what: str, value_of: Any) -> None:
         original = getattr(owner, attr, None)
-        if original is None or getattr(original, "_fieldguide_wrapped", False):
+        if original is None:
             return
+        # Hooked twice in one process (a second agent): wrap the function itself, not the wrapper.
+        original = getattr(original, "_fieldguide_original", original)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -80,7 +83,7 @@ class Efficiency(Capability):
                 pass
             return original(*args, **kwargs)
 
-        wrapper._fieldguide_wrapped = True  # type: ignore[attr-defined]
+        wrapper._fieldguide_original = original  # type: ignore[attr-defined]
         try:
             setattr(owner, attr, wrapper)
         except (AttributeError, TypeError) as err:

@@ -7,6 +7,7 @@ started over the job's own profiler.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ from ..capability import Capability
 from .torchstate import profiler_enabled
 
 LONG_OP_US = 100.0  # an op this long runs on several intra-op threads (ATen's grain is ~32k elements)
+PARALLEL_OPS = re.compile(r"mm|matmul|linear|conv|einsum|attention")  # BLAS and oneDNN: threaded by torch
 
 
 class OpProfile(Capability):
@@ -264,9 +266,11 @@ def summarize_profile(profiler: Any, steps: int, wall: float, ranks_waited: floa
         "ops_per_step": len(outer) / max(steps, 1),
         "median_op_us": durations[len(durations) // 2] if durations else None,
         "op_time_fraction": min(op_us / compute_wall_us, 1.0),
-        # Ops long enough to be split over intra-op threads (a matmul, a convolution, a large
-        # elementwise op): the share of the whole step (its wall time) more cores can speed up.
-        "long_op_fraction": min(sum(d for d in durations if d >= LONG_OP_US) / max(wall * 1e6, 1.0), 1.0),
+        # Matmuls and convolutions long enough to be split over intra-op threads: the share of the
+        # whole step (its wall time) more cores can speed up. Other long ops (a sort, a copy, an
+        # embedding's backward) may run on one thread whatever the count: not counted.
+        "long_op_fraction": min(sum(d for n, d in outer if d >= LONG_OP_US and PARALLEL_OPS.search(n))
+                                / max(wall * 1e6, 1.0), 1.0),
         "loader_fraction": min(loader_us / max(wall * 1e6, 1.0), 1.0),
         "phase_fraction": None if phased is None else min(max(loader_us, phase_us) / max(wall * 1e6, 1.0), 1.0),
         "ranks_wait_fraction": min(ranks_waited * 1e6 / max(wall * 1e6, 1.0), 1.0),
