@@ -91,7 +91,8 @@ async def test_demo_walks_itself_to_the_departure_exports_and_remeasures(tmp_pat
         await wait_for(pilot, lambda: isinstance(app.screen, DepartureScreen), WALK_TIMEOUT, "the departure")
         assert tree.states == {"target.trains": "pass", "dist.ranks": "pass", "dist.uneven": "waiting", "dist.comm": "pass", "dist.remote": "waiting", "env.debug-flags": "pass", "input.worker-startup": "pass",
                                "input.data-wait": "depart", "input.producer": "pass", "host.blocking-io": "pass",
-                               "host.loop-work": "pass", "host.overhead": "pass"}
+                               "host.loop-work": "pass", "host.overhead": "pass", "device.efficiency": "pass",
+                               "host.threads": "pass"}
         assert tree.reached == {"input.waiting"}
         text = screen_text(pilot)
         assert "input.waiting" in text and "departed at input.data-wait" in text
@@ -111,7 +112,8 @@ async def test_demo_walks_itself_to_the_departure_exports_and_remeasures(tmp_pat
         assert data["verdict"] == "departure" and data["first_departure"]["cause"] == "input.waiting"
         assert [p["node"] for p in data["path"]] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup",
                                                       "input.data-wait", "input.producer", "host.blocking-io",
-                                                      "host.loop-work", "host.overhead"]
+                                                      "host.loop-work", "host.overhead", "device.efficiency",
+                                                      "host.threads"]
         await wait_for(pilot, lambda: notified(app, str(report)), 10, "a notification naming the file")
         before = report.stat().st_mtime_ns
         await export_to(pilot, app, None)  # the default is now the file just written
@@ -204,7 +206,8 @@ async def test_manual_steps_jumps_reruns_then_quit_mid_probe_ends_the_job(apps) 
         assert [r.node for r in walk_screen.session.walk.path] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags",
                                                                  "input.worker-startup", "input.data-wait",
                                                                  "input.producer", "host.blocking-io",
-                                                                 "host.loop-work", "host.overhead"]
+                                                                 "host.loop-work", "host.overhead", "device.efficiency",
+                                                      "host.threads"]
         first_pid = app.launched_pids()[0]
         await pilot.press("m")  # re-measure: a fresh job, walked again; quit while it is being measured
         await wait_for(pilot, lambda: app.launched_pids() and app.launched_pids()[0] != first_pid, 60,

@@ -102,6 +102,9 @@ async def test_help_screen_lists_keys_and_closes() -> None:
         await pilot.press("question_mark")
         await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), 20, "the help screen")
         text = screen_text(pilot)
+        await pilot.press("pagedown")  # the help scrolls: the watch's keys follow the walk's
+        await pilot.pause(0.2)
+        text += screen_text(pilot)
         for key in ("next: measure the current node", "auto-walk", "re-run the node", "export the findings"):
             assert key in text
         await pilot.press("escape")

@@ -72,7 +72,8 @@ async def test_reruns_jumps_and_remeasures_are_exported_and_read_back(tmp_path: 
     # the walk on record is unchanged by what was measured off it
     assert [p["node"] for p in data["path"]] == ["target.trains", "dist.ranks", "dist.comm", "env.debug-flags", "input.worker-startup",
                                                   "input.data-wait", "input.producer", "host.blocking-io",
-                                                  "host.loop-work", "host.overhead"]
+                                                  "host.loop-work", "host.overhead", "device.efficiency",
+                                                  "host.threads"]
     assert data["verdict"] == "departure" and data["first_departure"]["cause"] == "input.waiting"
 
     # `fieldguide report saved.json` reads them back

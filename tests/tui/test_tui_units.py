@@ -44,7 +44,8 @@ def test_outline_is_a_checklist_with_departures_nested() -> None:
     top = [(kind, i) for depth, kind, i in lines if depth == 0]
     assert top == [("node", "target.trains"), ("node", "dist.ranks"), ("node", "dist.comm"), ("node", "env.debug-flags"), ("node", "input.worker-startup"),
                    ("node", "input.data-wait"), ("node", "host.blocking-io"), ("node", "host.loop-work"),
-                   ("node", "host.overhead"), ("leaf", "device.compute_bound")]
+                   ("node", "host.overhead"), ("node", "device.efficiency"), ("node", "host.threads"),
+                   ("leaf", "device.compute_bound")]
     assert (1, "cause", "host.debug_mode") in lines
     # input.data-wait departs into input.producer, which names one of two causes
     assert (1, "node", "input.producer") in lines
