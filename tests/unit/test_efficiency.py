@@ -167,3 +167,20 @@ def test_threads_and_precision_are_shares_ranked_with_the_others() -> None:
     values["torch.efficiency"]["threads_gain"] = 0.45  # now the larger share
     found = walk(values)
     assert found.departure.cause.id == "host.threads_limited" and found.departure.share == 0.45
+
+
+def test_a_count_nobody_waits_for_any_more_is_failed_and_unhooked() -> None:
+    from fieldguide.agent.inside.capabilities import efficiency
+
+    agent = FakeAgent()
+    capability = efficiency.Efficiency(agent)  # type: ignore[arg-type]
+    capability.start()
+    capability.on_request("efficiency", 7, {"count": True, "timeout_s": 0})
+    assert agent.listeners == [capability]
+    capability.on_request("efficiency", 8, {"count": True})  # one count at a time
+    assert agent.replies == [{"error": "a FLOP count is already running"}]
+    import time
+
+    time.sleep(0.01)
+    capability.tick()
+    assert agent.replies[-1] == {"error": "no training step came to count"} and agent.listeners == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -48,3 +50,17 @@ class Capability:
 
     def on_exit(self) -> None:
         """The job is ending (uncaught exception or interpreter exit): leave what you have."""
+
+
+def expire_request(capability: Any, what: str, window_open: Callable[[], bool]) -> None:
+    """A step-window request (`capability.request`, with its `deadline`) that fieldguide stopped
+    waiting for: failed with "no training step came to `what`", and the step listener dropped
+    unless a window is open (`window_open()`). Called from the agent thread's tick."""
+    with capability.lock:
+        request = capability.request
+        if request is None or time.monotonic() <= request["deadline"]:
+            return
+        capability.request = None  # fieldguide stopped waiting
+    capability.agent.fail(request["id"], f"no training step came to {what}")
+    if not window_open():
+        capability.agent.remove_step_listener(capability)

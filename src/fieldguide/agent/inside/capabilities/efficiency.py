@@ -19,7 +19,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from ..capability import Capability
+from ..capability import Capability, expire_request
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SLOW_DTYPES = ("float64", "complex128")
@@ -103,14 +103,7 @@ class Efficiency(Capability):
             self.agent.add_step_listener(self)
 
     def tick(self) -> None:
-        with self.lock:
-            request = self.request
-            if request is None or time.monotonic() <= request["deadline"]:
-                return
-            self.request = None
-        self.agent.fail(request["id"], "no training step came to count")
-        if self.mode is None:
-            self.agent.remove_step_listener(self)
+        expire_request(self, "count", lambda: self.mode is not None)
 
     def on_step(self) -> None:
         torch = sys.modules.get("torch")

@@ -14,7 +14,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from ..capability import Capability
+from ..capability import Capability, expire_request
 from .torchstate import profiler_enabled
 
 LONG_OP_US = 100.0  # an op this long runs on several intra-op threads (ATen's grain is ~32k elements)
@@ -49,14 +49,7 @@ class OpProfile(Capability):
             self.agent.add_step_listener(self)
 
     def tick(self) -> None:
-        with self.lock:
-            request = self.request
-            if request is None or time.monotonic() <= request["deadline"]:
-                return
-            self.request = None  # fieldguide stopped waiting
-        self.agent.fail(request["id"], "no training step came to profile")
-        if self.profiler is None:
-            self.agent.remove_step_listener(self)
+        expire_request(self, "profile", lambda: self.profiler is not None)
 
     def on_step(self) -> None:
         torch = sys.modules.get("torch")
