@@ -115,6 +115,10 @@ async def test_demo_walks_itself_to_the_departure_exports_and_remeasures(tmp_pat
                                                       "host.loop-work", "host.overhead", "device.efficiency",
                                                       "host.threads"]
         await wait_for(pilot, lambda: notified(app, str(report)), 10, "a notification naming the file")
+        # The viewers' files travel with the report: beside it, and named in the toast.
+        folder = str(report.resolve().with_name("fieldguide-report-artifacts"))
+        assert data["artifacts"] and all(a["path"].startswith(folder) for a in data["artifacts"]), data["artifacts"]
+        assert notified(app, "fieldguide-report-artifacts")
         before = report.stat().st_mtime_ns
         await export_to(pilot, app, None)  # the default is now the file just written
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmOverwrite), 20, "the overwrite question")

@@ -69,6 +69,7 @@ class WalkDriver:
         # What the user measured beyond the walk, for the report: (result, action, when).
         self.reruns: list[tuple[NodeResult, str, str]] = []
         self.experiments: list[dict[str, Any]] = []  # fixes tried (t on the departure page)
+        self.exported_artifacts: list[Any] = []  # the viewers' files the last export placed beside its report
         self._reruns_lock = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------
@@ -221,7 +222,12 @@ class WalkDriver:
             self.session.note = f"exported mid-walk (next node: {walk.current}); the report is partial"
         elif walk.finished and self.session.note.startswith("exported mid-walk"):
             self.session.note = ""
-        findings = self.findings()
+        from fieldguide.report.artifacts import place
+
+        # The files for the usual viewers go beside the report (`<stem>-artifacts/`), as a
+        # headless walk's do: the report and its folder copied off the node keep every link.
+        findings = place(self.findings(), path)
+        self.exported_artifacts = list(findings.artifacts)
         written = write_report(findings, path, fmt)
         return written.resolve(), fmt, findings.verdict
 

@@ -118,7 +118,10 @@ def start_export(screen: Screen[Any], driver: WalkDriver, on_written: Callable[[
 
     def done(written: Path, fmt: str, verdict: str) -> None:
         app.last_export = written
-        app.notify(f"Wrote {written}\n{FORMAT_NAMES[fmt]} report, verdict: {verdict}", title="Report exported",
+        files = getattr(driver, "exported_artifacts", None) or []
+        folders = sorted({Path(a["path"]).parent.name + "/" for a in files})
+        said = f"\n{len(files)} viewer file(s) in {', '.join(folders)} beside it" if files else ""
+        app.notify(f"Wrote {written}\n{FORMAT_NAMES[fmt]} report, verdict: {verdict}{said}", title="Report exported",
                    timeout=8)
         if on_written is not None:
             on_written(written)
