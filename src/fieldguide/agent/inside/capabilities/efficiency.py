@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from ..capability import Capability, expire_request
+from .overrides import _is_agent_or_torch
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SLOW_DTYPES = ("float64", "complex128")
@@ -30,7 +31,7 @@ def caller_line() -> str | None:
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
-        if "/torch/" not in name and "_fieldguide_agent" not in name and "fieldguide/agent" not in name:
+        if not _is_agent_or_torch(name):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return None
