@@ -147,3 +147,18 @@ def test_turns_are_sized_from_steps_that_ran_alone() -> None:
     assert window == 2.0  # ten steps of ~40 ms are under the 2 s floor
     # Sized from everything (the old rule), the turns would have been 13 s.
     assert TurnExperiment._window(2.0, {"a": a}, alone_until=100.0) == pytest.approx(13.0)
+
+
+def test_a_report_shows_each_arms_losses_where_the_experiment_compared_them() -> None:
+    from fieldguide.experiments.equivalence import compare_losses
+
+    rows = arms_of({"a": [100, 100, 100], "b": [60, 60, 60]}).rows()
+    job = {"first": [2.3, 2.2, 2.1, 2.0, 1.9], "seeded": {"at": "train.py:4", "seed": 0}}
+    rows[1]["losses"] = compare_losses(job, {"first": [2.3, 2.2, 2.1, 2.0, 1.95]})
+    findings = Findings(playbook="slow-training", playbook_title="Slow training", target={}, environment={},
+                        verdict="clean", first_departure=None, conclusion=None, conclusion_text="", path=[],
+                        experiments=[{"cause": "device.precision", "ran": True, "rounds": 3, "arms": rows,
+                                      "verdict": "a regression, not a win"}])
+    text = to_markdown(findings)
+    assert "| arm | step ms (quartiles) | steps | vs as launched (rounds) | peak MB | losses | applied |" in text
+    assert "| arm b | 60 (60-60) | 30 | 60% (60%-60%) | n/a | different (3e-02) |" in text

@@ -22,6 +22,7 @@ from typing import Any
 
 from fieldguide.agent.inside.rows import StepRow
 from fieldguide.analysis.stats import median, quantile
+from fieldguide.experiments.equivalence import losses_of
 from fieldguide.targets import LaunchTarget
 
 SETTLE_S = 0.3  # at least this after a resume, before timing: the first step resumed spans the pause
@@ -155,6 +156,8 @@ class TurnExperiment:
         self.changes = {ARM_KEYS[i + 1]: change for i, (_, change) in enumerate(variants)}
         self.relaunched: dict[str, LaunchTarget] = {}
         self.applied: dict[str, list[dict[str, Any]]] = {}
+        self.losses: dict[str, dict[str, Any]] = {}  # arm: its first losses (equivalence.losses_of)
+        self.want_losses = False  # an equivalence check waits for every arm's losses
 
     def run(self, *, rounds: int = 3, window_s: float = 3.0, warmup_steps: int = 5, ready_timeout: float = 30.0,
             cancelled: Callable[[], bool] = lambda: False,
@@ -195,12 +198,24 @@ class TurnExperiment:
             return Arms(dict(self.labels), turns)
         finally:
             self.target.resume()
+            for target in self.relaunched.values():
+                target.resume()
+            self._read_losses({"a": self.target, **self.relaunched}, wait_s=1.0 if self.want_losses else 0.0)
             for key, target in self.relaunched.items():
                 conn = target.agent.primary() if target.agent else None
                 if conn is not None:  # what the agent changed in that arm, before it is gone
                     self.applied[key] = list(conn.stream("overrides", "applied").items)
-                target.resume()
                 target.close()
+
+    def _read_losses(self, arms: dict[str, LaunchTarget], wait_s: float = 1.0) -> None:
+        """Each arm's first losses; an arm paused before its agent's last flush gets a moment to send them."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for key, target in arms.items():
+                self.losses[key] = losses_of(target.agent.primary() if target.agent else None)
+            if all(found["first"] for found in self.losses.values()) or time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
 
     @staticmethod
     def _window(window_s: float, arms: dict[str, LaunchTarget], alone_until: float) -> float:

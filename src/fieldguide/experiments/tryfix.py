@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from fieldguide.experiments.equivalence import DEFAULT_RTOL, compare_losses
 from fieldguide.experiments.experiment import Arms, ExperimentFailed, TurnExperiment
 from fieldguide.playbook.schema import Cause
 from fieldguide.targets import LaunchTarget
@@ -31,6 +32,14 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def uses_cuda(target: LaunchTarget) -> bool:
+    """Whether the launched job has started CUDA (the agent's efficiency state names its device)."""
+    if target.agent is None or target.agent.primary() is None:
+        return False
+    reply = target.agent.request("efficiency", {"count": False}, timeout=5.0)
+    return bool(reply.ok and reply.result.get("cuda_device"))
+
+
 class PlannedArm(NamedTuple):
     """An arm to relaunch: its label for people, the environment change, and what it sets, by
     name (`setting`, the override's last part: `num_workers`) and `value`, for what reads arms."""
@@ -41,14 +50,15 @@ class PlannedArm(NamedTuple):
     value: Any = None
 
 
-def plan(cause: Cause, cores: int | None = None) -> list[PlannedArm] | str:
-    """The arms to relaunch, or why there is no experiment."""
+def plan(cause: Cause, cores: int | None = None, cuda: bool = False) -> list[PlannedArm] | str:
+    """The arms to relaunch, or why there is no experiment; `cuda_values` only for a job on CUDA."""
     spec = cause.experiment
     if spec is None:
         return f"{cause.id} declares no experiment"
     if "none" in spec:
         return str(spec["none"])
-    override, values, env = spec.get("override"), list(spec.get("values") or []), dict(spec.get("env") or {})
+    override, env = spec.get("override"), dict(spec.get("env") or {})
+    values = list(spec.get("values") or []) + (list(spec.get("cuda_values") or []) if cuda else [])
     if override == "dataloader.num_workers":
         # Past the cores on purpose: a loader that waits (I/O, latency) keeps scaling there, one
         # that computes plateaus at the cores, and the sweep's shape is what tells them apart.
@@ -82,22 +92,32 @@ def sweep_shape(rows: list[dict[str, Any]], cores: int) -> str | None:
 
 
 def verdict(rows: list[dict[str, Any]], override: str | None, cores: int | None = None) -> tuple[str, str | None]:
-    """What the arms say, in words, and for a worker sweep whether it scales or plateaus."""
+    """What the arms say, in words, and for a worker sweep whether it scales or plateaus. An arm
+    whose losses differ from the job's (rows' `losses`, where the experiment compares them) is
+    never the one that helps: faster at computing something else is a regression."""
     variants = [r for r in rows[1:] if r["vs_a"] is not None]
     if not variants:
         return "no arm timed steps in every round: nothing to compare", None
-    best = min(variants, key=lambda r: r["vs_a"])
     shape = None
     if override == "dataloader.num_workers":
         shape = sweep_shape(variants, cores if cores is not None else usable_cores())
-    if best["vs_a"] <= HELPS and (best["vs_a_max"] or 1.0) < 1.0:
+    faster = [r for r in variants if r["vs_a"] <= HELPS and (r["vs_a_max"] or 1.0) < 1.0]
+    wins = [r for r in faster if (r.get("losses") or {}).get("equivalent") is not False]
+    best = min(wins or variants, key=lambda r: r["vs_a"])
+    if wins:
         text = (f"{best['arm']} helps: its steps take {best['vs_a']:.0%} of the job's as launched "
                 f"(rounds {best['vs_a_min']:.0%}-{best['vs_a_max']:.0%}), {1 / best['vs_a']:.2f}x the steps/s")
+    elif faster:
+        best = min(faster, key=lambda r: r["vs_a"])
+        text = (f"a regression, not a win: {best['arm']} is faster ({best['vs_a']:.0%} of the job's step time) "
+                f"but computes something else")
     elif all((r["vs_a_min"] or 0.0) > 1.0 for r in variants):
         text = f"no arm helps: every change made steps slower (best {best['arm']}, {best['vs_a']:.0%} of the job's)"
     else:
         text = (f"no difference beyond the rounds' spread: the best arm, {best['arm']}, took {best['vs_a']:.0%} of "
                 f"the job's step time (rounds {best['vs_a_min']:.0%}-{best['vs_a_max']:.0%})")
+    if best.get("losses"):
+        text += f"; {best['losses']['text']}"
     return text, shape
 
 
@@ -105,12 +125,14 @@ def try_fix(target: LaunchTarget, cause: Cause, *, rounds: int = 3, window_s: fl
             cancelled: Callable[[], bool] = lambda: False,
             progress: Callable[[str, dict[str, list[float]]], None] = lambda status, series: None) -> dict[str, Any]:
     """Run the cause's experiment; the report's `experiments` entry (ran: false with why, when it cannot)."""
-    planned = plan(cause)
+    planned = plan(cause, cuda=bool((cause.experiment or {}).get("cuda_values")) and uses_cuda(target))
     if isinstance(planned, str):
         return {"cause": cause.id, "ran": False, "why": planned}
     if not target.alive():
         return {"cause": cause.id, "ran": False, "why": "the launched job has ended: no arm to compare with"}
     experiment = TurnExperiment(target, "as launched", [(arm.label, arm.change) for arm in planned])
+    equivalence = (cause.experiment or {}).get("equivalence")
+    experiment.want_losses = equivalence is not None
     try:
         arms: Arms = experiment.run(rounds=rounds, window_s=window_s, cancelled=cancelled, progress=progress)
     except ExperimentFailed as err:
@@ -125,6 +147,10 @@ def try_fix(target: LaunchTarget, cause: Cause, *, rounds: int = 3, window_s: fl
                                  for a in applied or []})[:5]
         if key != "a" and applied == [] and "FIELDGUIDE_OVERRIDES" in experiment.changes[key]:
             row["applied"] = ["nowhere: the job made no call the override changes"]
+    if equivalence is not None:
+        rtol = float(equivalence.get("rtol", DEFAULT_RTOL))
+        for row, key in zip(rows[1:], list(arms.labels)[1:], strict=True):
+            row["losses"] = compare_losses(experiment.losses.get("a", {}), experiment.losses.get(key, {}), rtol)
     text, shape = verdict(rows, (cause.experiment or {}).get("override"))
     return {"cause": cause.id, "ran": True, "rounds": rounds, "arms": rows, "verdict": text, "shape": shape,
             "how": "relaunched with the environment of each arm (FIELDGUIDE_OVERRIDES applies the change in "

@@ -19,7 +19,7 @@ from fieldguide.playbook.yamlread import LineDict
 
 CAUSES_FILE = "causes.yaml"
 CAUSE_FIELDS = {"title", "summary", "why", "fix", "verify", "experiment"}
-EXPERIMENT_FIELDS = {"override", "values", "env", "none"}
+EXPERIMENT_FIELDS = {"override", "values", "cuda_values", "env", "none", "equivalence"}
 # What an experiment may set in the relaunched job's environment: settings of torch, CUDA and the
 # thread pools, never a variable that loads code (PYTHONPATH, LD_PRELOAD, BASH_ENV, PYTHONSTARTUP).
 EXPERIMENT_ENV = frozenset({
@@ -101,4 +101,21 @@ def _experiment(page: LineDict, path: Path, cause_id: str) -> dict[str, Any] | N
     if override is None and env is None:
         raise PlaybookError(*where, "needs an override with values, an env, or none", node=f"cause {cause_id}",
                             field="experiment")
-    return {"override": override, "values": list(values or []), "env": {str(k): str(v) for k, v in (env or {}).items()}}
+    cuda_values = raw.get("cuda_values")
+    if cuda_values is not None and (override is None or not isinstance(cuda_values, list)):
+        raise PlaybookError(*where, "cuda_values: more values of the override, tried on a job that uses CUDA",
+                            node=f"cause {cause_id}", field="experiment")
+    found: dict[str, Any] = {"override": override, "values": list(values or []), "cuda_values": list(cuda_values or []),
+             "env": {str(k): str(v) for k, v in (env or {}).items()}}
+    if "equivalence" in raw:
+        found["equivalence"] = _equivalence(raw["equivalence"], where, cause_id)
+    return found
+
+
+def _equivalence(raw: Any, where: tuple[Path, int], cause_id: str) -> dict[str, float]:
+    """`equivalence: {rtol: 0.001}`: each arm's first losses must match the job's within rtol."""
+    rtol = raw.get("rtol") if isinstance(raw, LineDict) and set(raw) <= {"rtol"} else None
+    if not isinstance(rtol, (int, float)) or isinstance(rtol, bool) or not 0 < rtol < 1:
+        raise PlaybookError(*where, "equivalence: {rtol: r} with 0 < r < 1, the largest relative difference "
+                            "of an arm's losses from the job's", node=f"cause {cause_id}", field="experiment")
+    return {"rtol": float(rtol)}

@@ -471,7 +471,23 @@ def _peaks(arm: dict[str, Any]) -> str:
     return ", ".join(part for part in said if part) or "n/a"
 
 
-EXPERIMENT_COLUMNS = ("arm", "step ms (quartiles)", "steps", "vs as launched (rounds)", "peak MB", "applied")
+EXPERIMENT_COLUMNS = ("arm", "step ms (quartiles)", "steps", "vs as launched (rounds)", "peak MB", "losses",
+                      "applied")
+
+
+def _losses(arm: dict[str, Any]) -> str:
+    """An arm's losses against the job's (where the experiment compares them): same, different,
+    or cannot tell, with the largest relative difference."""
+    found = arm.get("losses")
+    if not found:
+        return ""
+    if found.get("equivalent") is None:
+        return "cannot tell"
+    rel = found.get("max_rel")
+    if rel == 0:
+        return "identical"
+    shown = "" if not isinstance(rel, (int, float)) else " (not finite)" if rel == float("inf") else f" ({rel:.0e})"
+    return ("same" if found["equivalent"] else "different") + shown
 
 
 def experiment_rows(experiments: list[dict[str, Any]]) -> list[tuple[str, list[list[str]], str]]:
@@ -489,7 +505,8 @@ def experiment_rows(experiments: list[dict[str, Any]]) -> list[tuple[str, list[l
             spread = (f"{arm['step_ms']:.3g} ({arm['step_ms_q1']:.3g}-{arm['step_ms_q3']:.3g})"
                       if arm.get("step_ms") is not None else "n/a")
             rows.append([str(arm["arm"]), spread, str(arm["steps"]), ratio or "baseline", _peaks(arm),
-                         "; ".join(arm.get("applied") or [])])
+                         _losses(arm) or ("baseline" if not ratio and any(a.get("losses") for a in exp["arms"])
+                                          else ""), "; ".join(arm.get("applied") or [])])
         verdict = str(exp.get("verdict", "")) + (f"; the sweep {exp['shape']}" if exp.get("shape") else "")
         found.append((f"Fix of {exp['cause']} tried, {exp.get('rounds')} rounds in turns", rows, verdict))
     return found

@@ -189,7 +189,11 @@ def experiment_sections(experiments: list[dict[str, Any]]) -> list[Section]:
     for title, arm_rows, said in experiment_rows(experiments):
         found.append(Heading(3, title))
         if arm_rows:
-            found.append(_table(tuple(EXPERIMENT_COLUMNS), [cells(*row) for row in arm_rows]))
+            # The losses column where the experiment compared them (equivalence before speed).
+            keep = [i for i, name in enumerate(EXPERIMENT_COLUMNS)
+                    if name != "losses" or any(row[i] for row in arm_rows)]
+            found.append(_table(tuple(EXPERIMENT_COLUMNS[i] for i in keep),
+                                [cells(*(row[i] for i in keep)) for row in arm_rows]))
         found.append(Paragraph((Span(said),)))
     return found
 

@@ -12,6 +12,8 @@ arguments its calls receive.
   debug.anomaly=false                 set_detect_anomaly / detect_anomaly do nothing
   debug.sync_debug=false              set_sync_debug_mode(...) sets 0
   threads.intra_op=N                  N intra-op threads, whatever torch.set_num_threads the job calls
+  precision.compute=float32|tf32      float64 the job asks for becomes float32; tf32 also lets float32
+                                      matmuls use TF32 (precision.py)
 
 Each change is streamed as `applied` ({name, value, where}), so a report can say what the arm
 really ran with; an unknown name is a failed hook, never silently ignored.
@@ -30,8 +32,9 @@ from typing import Any
 from ..capability import Capability
 
 KNOWN = ("dataloader.num_workers", "dataloader.pin_memory", "dataloader.persistent_workers", "compile.dynamic",
-         "dynamo.capture_scalar_outputs", "debug.anomaly", "debug.sync_debug", "threads.intra_op")
-COUNTS = ("dataloader.num_workers", "threads.intra_op")  # a whole number, 0 or more; every other name takes true or false
+         "dynamo.capture_scalar_outputs", "debug.anomaly", "debug.sync_debug", "threads.intra_op", "precision.compute")
+COUNTS = ("dataloader.num_workers", "threads.intra_op")  # a whole number, 0 or more
+CHOICES = {"precision.compute": ("float32", "tf32")}  # one of these words; every other name takes true or false
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
@@ -65,7 +68,9 @@ def override_problems(text: str) -> list[str]:
             problems.append(f"unknown override {name!r}; known: {', '.join(KNOWN)}")
         elif name in COUNTS and not raw.isdigit():
             problems.append(f"{name} must be a whole number, 0 or more (got {raw!r})")
-        elif name not in COUNTS and raw.lower() not in ("true", "false"):
+        elif name in CHOICES and raw not in CHOICES[name]:
+            problems.append(f"{name} must be one of {', '.join(CHOICES[name])} (got {raw!r})")
+        elif name not in COUNTS and name not in CHOICES and raw.lower() not in ("true", "false"):
             problems.append(f"{name} must be true or false (got {raw!r})")
     return problems
 
@@ -145,7 +150,7 @@ class Overrides(Capability):
             self.agent.hook_failed(self.name, "FIELDGUIDE_OVERRIDES", ValueError("; ".join(problems)))
         # Only what can be applied: a bad value left in would crash the job's own call.
         self.values = {name: value for name, value in parse_overrides(text).items()
-                       if not override_problems(f"{name}={str(value).lower()}")}
+                       if not override_problems(f"{name}={value if isinstance(value, str) else str(value).lower()}")}
 
     def note(self, name: str, value: Any, where: str) -> None:
         self.applied.append({"name": name, "value": value, "where": where})
@@ -167,6 +172,11 @@ class Overrides(Capability):
             self.note("debug.sync_debug", False, "torch.cuda")
         if "threads.intra_op" in self.values and self.values["threads.intra_op"] > 0:
             self.patch_threads(torch, int(self.values["threads.intra_op"]))
+        if "precision.compute" in self.values:
+            from ..precision import patch_precision
+
+            patch_precision(torch, str(self.values["precision.compute"]),
+                            lambda what, where: self.note("precision.compute", what, where))
         if "dynamo.capture_scalar_outputs" in self.values:
             # On the importing thread: torch's config overrides are thread-local.
             if "torch._dynamo" in sys.modules:
