@@ -74,3 +74,44 @@ def test_try_fix_relaunches_a_waiting_loader_with_more_workers_and_it_scales(tmp
     by_arm = {a["arm"]: a for a in experiment["arms"]}
     assert by_arm["num_workers=8"]["step_ms"] < by_arm["num_workers=1"]["step_ms"] / 3
     assert "helps" in experiment["verdict"]
+
+
+# A seeded job that trains in float64 by one call: set_default_dtype, as copied from a notebook.
+FLOAT64_JOB = textwrap.dedent("""
+    import os, time, torch
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(2048, 256), torch.randint(0, 10, (2048,))
+    end = time.monotonic() + float(os.environ.get("FIELDGUIDE_WORKLOAD_SECONDS", "60"))
+    step = 0
+    while time.monotonic() < end:
+        i = (step * 64) % 1984
+        loss = torch.nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])
+        opt.zero_grad(); loss.backward(); opt.step()
+        step += 1
+""")
+
+
+def test_a_fix_that_changes_the_dtype_is_timed_only_with_its_losses_compared(tmp_path: Path) -> None:
+    from fieldguide.experiments.tryfix import try_fix
+    from fieldguide.playbook.causes import load_causes
+
+    script = tmp_path / "f64.py"
+    script.write_text(FLOAT64_JOB)
+    cause = load_causes(Path("playbooks"))["device.precision"]
+    target = LaunchTarget([sys.executable, str(script)])
+    try:
+        assert target.wait_ready(timeout=60, min_steps=25)
+        result = try_fix(target, cause, rounds=2, window_s=1.0)
+    finally:
+        target.close()
+    assert result["ran"], result
+    job, arm = result["arms"]
+    assert arm["arm"] == "compute=float32" and arm["applied"] == [
+        "compute=Linear: float64 parameters -> float32 at f64.py:12"]
+    # float32 reproduces float64's losses over the first 20 steps to float32's precision.
+    assert arm["losses"]["equivalent"] is True and arm["losses"]["steps"] == 20, arm["losses"]
+    assert 0 < arm["losses"]["max_rel"] < 1e-4
+    assert "losses over the first 20 steps" in result["verdict"]

@@ -121,46 +121,40 @@ def test_precision_compute_takes_only_its_words(text: str) -> None:
 
 PRECISION_JOB = """
 import json, sys
-import numpy as np
 import torch
 from fieldguide.agent.inside.precision import patch_precision
 notes = []
 patch_precision(torch, sys.argv[1], lambda what, where: notes.append([what, where]))
 torch.set_default_dtype(torch.float64)
-made = torch.randn(2, 2)
-model = torch.nn.Linear(2, 2).double()
-x = torch.randn(3, 2).double()
-zeros = torch.zeros(3, dtype=torch.float64)
-data = torch.from_numpy(np.ones(3))
-moved = torch.ones(2).to(torch.float64)
-ints = torch.arange(3).to(torch.float32)
-for _ in range(3):
-    x.double()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
 opt = torch.optim.AdamW(model.parameters())
-model(x).sum().backward()
-opt.step()
-print(json.dumps({"dtypes": [str(t.dtype) for t in (made, model.weight, x, zeros, data, moved, ints)],
-                  "step": str(opt.state[model.weight]["step"].dtype), "notes": notes,
+x = torch.randn(4, 8)
+for _ in range(3):
+    out = model(x)
+    out.sum().backward()
+    opt.step()
+print(json.dumps({"dtypes": [str(t.dtype) for t in (model[0].weight, out, opt.state[model[0].weight]["exp_avg"])],
+                  "kept": opt.param_groups[0]["params"][0] is model[0].weight, "x": str(x.dtype),
+                  "notes": notes,
                   "precision": torch.get_float32_matmul_precision()}))
 """
 
 
 @pytest.mark.parametrize("mode", ["float32", "tf32"])
-def test_precision_compute_turns_each_float64_the_job_names_into_float32(tmp_path: Path, mode: str) -> None:
+def test_precision_compute_makes_the_modules_float32_at_their_call(tmp_path: Path, mode: str) -> None:
     pytest.importorskip("torch")
-    pytest.importorskip("numpy")
     script = tmp_path / "job.py"
     script.write_text(PRECISION_JOB)
-    # Its own interpreter: the override rewrites torch's functions for the rest of the process.
+    # Its own interpreter: the override installs a global module hook for the rest of the process.
     run = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     found = json.loads(run.stdout.strip().splitlines()[-1])
-    assert set(found["dtypes"]) == {"torch.float32"}
-    notes = found["notes"]
-    # Each line once (x.double() in a loop is noted once), each with the job's own line.
-    assert len(notes) == len({tuple(n) for n in notes})
-    assert sum(1 for what, _ in notes if what.startswith("Tensor.double()")) == 2
-    assert all(where.startswith("job.py:") for what, where in notes if "import torch" not in where)
+    # The module computes in float32, the optimizer's Parameter objects are the module's own, and
+    # its state is float32; the job's tensors are created as the job made them (the same draws).
+    assert set(found["dtypes"]) == {"torch.float32"} and found["kept"] and found["x"] == "torch.float64"
+    notes = [n for n in found["notes"] if n[1] != "import torch"]
+    assert notes == [["Linear: float64 parameters -> float32", f"job.py:{PRECISION_JOB.splitlines().index('    out = model(x)') + 1}"]]
     assert found["precision"] == ("high" if mode == "tf32" else "highest")
 
 

@@ -1,12 +1,14 @@
-"""The override `precision.compute`: the job computes in float32 where it asked for float64, and
-with `tf32` its float32 matmuls may also use TensorFloat-32 (set_float32_matmul_precision("high")).
+"""The override `precision.compute`: the job's modules compute in float32 where it made them
+float64, and with `tf32` its float32 matmuls may also use TensorFloat-32
+(set_float32_matmul_precision("high")).
 
-What is changed is each way a job names float64: torch.set_default_dtype, Module.double and
-Tensor.double, `.to(torch.float64)` on a module or a tensor, the tensor factories' `dtype=`, and
-torch.from_numpy / torch.as_tensor / torch.tensor of float64 data (numpy's default, which would
-otherwise meet a float32 model and fail). Each place is noted once, by its line; the wrappers cost
-a dtype comparison per call after that. The arm's losses are compared with the job's before its
-speed counts (try-the-fix's equivalence).
+The change is made at the modules' boundary, not where the job creates its tensors: everything is
+created as the job made it (torch draws different random numbers for a float64 tensor than for a
+float32 one, so a job seeded the same way would otherwise start from other weights and batches,
+and its losses could not be compared), and at each module's call its float64 parameters and
+buffers become float32 (once: `Module.float()`, which keeps the Parameter objects an optimizer
+holds) and its float64 inputs are cast to float32. Work outside modules keeps its dtype. Each
+module class is noted once, with the job's line that called it.
 """
 
 from __future__ import annotations
@@ -19,85 +21,51 @@ from typing import Any
 
 from .capabilities.overrides import _is_agent_or_torch
 
-FACTORIES = ("zeros", "ones", "empty", "full", "rand", "randn", "arange", "linspace", "eye", "zeros_like",
-             "ones_like", "empty_like", "full_like", "rand_like", "randn_like")
-DATA = ("from_numpy", "as_tensor", "tensor")
 MODES = ("float32", "tf32")
 
 
+def job_line() -> str:
+    """The first frame outside torch and this agent: the job's line that called the module."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not _is_agent_or_torch(name):
+            return f"{name.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?"
+
+
 def patch_precision(torch: ModuleType, mode: str, note: Callable[[str, str], None]) -> None:
-    """Install the wrappers; `note(what, where)` records each change once per calling line."""
-    f64, f32 = torch.float64, torch.float32
-    seen: set[tuple[Any, int]] = set()
+    """Install the module pre-hook; `note(what, where)` records each module class changed, once."""
+    f64 = torch.float64
+    converted: set[int] = set()
+    noted: set[str] = set()
 
-    def by_job(what: str) -> bool:
-        """Whether the wrapper's caller is the job (torch's own float64 stays float64), noting
-        the change once per calling line."""
-        frame = sys._getframe(2)
-        if _is_agent_or_torch(frame.f_code.co_filename):
-            return False
-        key = (frame.f_code, frame.f_lineno)
-        if key not in seen:
-            seen.add(key)
-            note(what, f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}")
-        return True
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.float() if value.dtype is f64 else value
+        if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) and v.dtype is f64 for v in value):
+            return type(value)(cast(v) for v in value)
+        return value
 
-    def asks_float64(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        return kwargs.get("dtype") is f64 or any(a is f64 for a in args)
+    def before_forward(module: Any, args: Any) -> Any:
+        # A global pre-hook sees the positional inputs only: a keyword input stays as it is, and
+        # the modules it reaches cast it at their own call.
+        if id(module) not in converted:
+            converted.add(id(module))
+            tensors = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+            if any(t.dtype is f64 for t in tensors):
+                module.float()  # this module and its children, in place
+                converted.update(id(m) for m in module.modules())
+                kind = type(module).__name__
+                if kind not in noted:
+                    noted.add(kind)
+                    note(f"{kind}: float64 parameters -> float32", job_line())
+        if any(isinstance(a, torch.Tensor) and a.dtype is f64 for a in args):
+            return tuple(cast(a) for a in args)
+        return None
 
-    def swapped(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        if kwargs.get("dtype") is f64:
-            kwargs["dtype"] = f32
-        return tuple(f32 if a is f64 else a for a in args)
-
-    base_default = torch.set_default_dtype
-
-    @functools.wraps(base_default)
-    def set_default_dtype(dtype: Any) -> None:
-        if dtype is f64 and by_job("torch.set_default_dtype(torch.float64) -> float32"):
-            dtype = f32
-        base_default(dtype)
-
-    setattr(torch, "set_default_dtype", set_default_dtype)  # noqa: B010
-
-    for owner, kind in ((torch.nn.Module, "Module"), (torch.Tensor, "Tensor")):
-        def double(this: Any, *args: Any, _double: Any = owner.double, _kind: str = kind, **kwargs: Any) -> Any:
-            if by_job(f"{_kind}.double() -> .float()"):
-                return this.float(*args, **kwargs)
-            return _double(this, *args, **kwargs)
-
-        def to(this: Any, *args: Any, _base: Any = owner.to, _kind: str = kind, **kwargs: Any) -> Any:
-            if asks_float64(args, kwargs) and by_job(f"{_kind}.to(torch.float64) -> float32"):
-                args = swapped(args, kwargs)
-            return _base(this, *args, **kwargs)
-
-        owner.double = functools.wraps(owner.double)(double)
-        owner.to = functools.wraps(owner.to)(to)
-
-    for name in FACTORIES:
-        base = getattr(torch, name, None)
-        if base is None:
-            continue
-
-        def factory(*args: Any, _base: Any = base, _name: str = name, **kwargs: Any) -> Any:
-            if asks_float64(args, kwargs) and by_job(f"torch.{_name}(dtype=torch.float64) -> float32"):
-                args = swapped(args, kwargs)
-            return _base(*args, **kwargs)
-
-        setattr(torch, name, functools.wraps(base)(factory))
-
-    for name in DATA:
-        base = getattr(torch, name, None)
-        if base is None:
-            continue
-
-        def from_data(*args: Any, _base: Any = base, _name: str = name, **kwargs: Any) -> Any:
-            tensor = _base(*args, **kwargs)
-            if getattr(tensor, "dtype", None) is f64 and by_job(f"torch.{_name}(float64) -> float32"):
-                tensor = tensor.float()
-            return tensor
-
-        setattr(torch, name, functools.wraps(base)(from_data))
+    torch.nn.modules.module.register_module_forward_pre_hook(before_forward)
 
     if mode == "tf32":
         base_precision = torch.set_float32_matmul_precision
@@ -106,6 +74,9 @@ def patch_precision(torch: ModuleType, mode: str, note: Callable[[str, str], Non
 
         @functools.wraps(base_precision)
         def set_float32_matmul_precision(wanted: str) -> None:
-            base_precision("high" if by_job(f"set_float32_matmul_precision({wanted!r}) -> 'high'") else wanted)
+            if wanted != "high":
+                note(f"set_float32_matmul_precision({wanted!r}) -> 'high'", job_line())
+            base_precision("high")
 
         setattr(torch, "set_float32_matmul_precision", set_float32_matmul_precision)  # noqa: B010
+

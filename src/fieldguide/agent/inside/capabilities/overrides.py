@@ -12,8 +12,8 @@ arguments its calls receive.
   debug.anomaly=false                 set_detect_anomaly / detect_anomaly do nothing
   debug.sync_debug=false              set_sync_debug_mode(...) sets 0
   threads.intra_op=N                  N intra-op threads, whatever torch.set_num_threads the job calls
-  precision.compute=float32|tf32      float64 the job asks for becomes float32; tf32 also lets float32
-                                      matmuls use TF32 (precision.py)
+  precision.compute=float32|tf32      modules made float64 compute in float32 (at their call); tf32
+                                      also lets float32 matmuls use TF32 (precision.py)
 
 Each change is streamed as `applied` ({name, value, where}), so a report can say what the arm
 really ran with; an unknown name is a failed hook, never silently ignored.
