@@ -27,13 +27,40 @@ RAW = (
 def test_a_raw_window_becomes_one_sampled_profile_per_thread() -> None:
     profile = speedscope_profile(RAW, "py-spy, pid 10")
     assert profile["$schema"] == "https://www.speedscope.app/file-format-schema.json"
-    names = [f["name"] for f in profile["shared"]["frames"]]
+    frames = profile["shared"]["frames"]
     main, worker = profile["profiles"]  # the busiest first
     assert main["name"] == "pid 10 MainThread" and worker["name"] == "pid 11 MainThread"
     assert main["weights"] == [30, 10] and main["endValue"] == 40 and worker["weights"] == [12]
-    assert [names[i] for i in main["samples"][0]] == ["<module> (train.py:40)", "step (train.py:20)",
-                                                      "backward (torch/_tensor.py:520)"]
-    assert names.count("<module> (train.py:40)") == 1  # frames shared
+    assert main["unit"] == "none"  # samples, where the rate is not known
+    assert [frames[i] for i in main["samples"][0]] == [
+        {"name": "<module>", "file": "train.py", "line": 40}, {"name": "step", "file": "train.py", "line": 20},
+        {"name": "backward", "file": "torch/_tensor.py", "line": 520}]
+    assert frames.count({"name": "<module>", "file": "train.py", "line": 40}) == 1  # frames shared
+
+
+OWN = (
+    'process 10:"python train.py";thread (10): MainThread;<module> (train.py:40);'
+    "backward (/site-packages/fieldguide/agent/inside/capabilities/loop.py:267);"
+    "backward (/x/_fieldguide_agent/capabilities/losses.py:50);run_backward (torch/autograd/graph.py:8) 40\n"
+    'process 10:"python train.py";thread (12): fieldguide-agent;serve (/x/_fieldguide_agent/core.py:200) 40\n'
+    'process 10:"python train.py";thread (13): fieldguide-input-sampler;sample_input (/x/loop.py:330) 4\n'
+)
+
+
+def test_fieldguides_own_threads_and_wrapper_frames_are_not_in_the_users_profile() -> None:
+    profile = speedscope_profile(OWN, "py-spy, pid 10", rate=100)
+    [main] = profile["profiles"]
+    frames = profile["shared"]["frames"]
+    assert [frames[i]["name"] for i in main["samples"][0]] == ["<module>", "run_backward"]
+    assert not any("fieldguide" in json.dumps(f) for f in frames)
+    assert main["unit"] == "seconds" and main["weights"] == [0.4] and main["endValue"] == 0.4
+
+
+def test_the_profile_holds_to_speedscopes_schema() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).parent / "data" / "speedscope-file-format-schema.json").read_text())
+    jsonschema.validate(speedscope_profile(RAW, "py-spy, pid 10", rate=100), schema)
+    jsonschema.validate(speedscope_profile(OWN, "py-spy, pid 10"), schema)
 
 
 def test_an_empty_window_keeps_no_file(tmp_path: Path) -> None:

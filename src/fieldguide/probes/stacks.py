@@ -563,7 +563,7 @@ class StackSample(Probe):
             from fieldguide.probes.speedscope import keep_speedscope
 
             kept = keep_speedscope(ctx.artifacts(), texts["all"], f"py-spy, pid {pid}, {seconds:.0f} s at {rate} Hz "
-                                   "(idle included)", f"stacks-{pid}-{int(time.time())}")
+                                   "(idle included)", f"stacks-{pid}-{int(time.time())}", rate)
             if kept is not None:
                 evidence["artifacts"] = [kept]
         if not values["samples"]:

@@ -159,11 +159,11 @@ class CudaWatch(Capability):
         if len(timing["events"]) == 1:
             # How deep the queue already is as the window opens: in steady state the host runs a
             # full queue ahead, and a window's end then holds as much as its start did.
-            timing["first_waiter"] = threading.Thread(target=self.wait_first, args=(timing,), daemon=True)
+            timing["first_waiter"] = threading.Thread(target=self.wait_first, args=(timing,), name="fieldguide-cuda", daemon=True)
             timing["first_waiter"].start()
         if len(timing["events"]) > timing["steps"]:
             self.timing = None
-            threading.Thread(target=self.send_timing, args=(timing,), daemon=True).start()
+            threading.Thread(target=self.send_timing, args=(timing,), name="fieldguide-cuda", daemon=True).start()
 
     @staticmethod
     def wait_first(timing: dict[str, Any]) -> None:

@@ -66,6 +66,11 @@ class OpProfile(Capability):
         self.steps_left -= 1
         if self.steps_left <= 0:
             self.end()
+        else:
+            try:
+                self.profiler.step()  # closes ProfilerStep#N, opens the next: the trace's step markers
+            except Exception:
+                pass
 
     def begin(self, torch: ModuleType, request: dict[str, Any]) -> None:
         if profiler_enabled(torch):  # the job's own profiler is running: never fight it
@@ -73,13 +78,19 @@ class OpProfile(Capability):
             self.agent.remove_step_listener(self)
             return
         try:
-            from torch.profiler import ProfilerActivity, profile
+            from torch.profiler import ProfilerAction, ProfilerActivity, profile
 
             activities = [ProfilerActivity.CPU]
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 activities.append(ProfilerActivity.CUDA)
-            profiler = profile(activities=activities)
+            # A schedule that records every step makes the profiler mark each one (ProfilerStep#N),
+            # which HTA's and TensorBoard's per-step views need; the window is still ours.
+            profiler = profile(activities=activities, schedule=lambda step: ProfilerAction.RECORD)
             profiler.__enter__()  # type: ignore[no-untyped-call]
+            distributed = getattr(torch, "distributed", None)
+            if not (distributed is not None and distributed.is_available() and distributed.is_initialized()):
+                # torch names the rank of a multi-rank job itself; one process is rank 0 of 1 (HTA asks)
+                profiler.add_metadata_json("distributedInfo", '{"backend": "none", "rank": 0, "world_size": 1}')
         except Exception as err:
             self.agent.fail(request["id"], f"torch.profiler failed: {err!r}")
             self.agent.remove_step_listener(self)
@@ -104,7 +115,7 @@ class OpProfile(Capability):
             return
         # Reading the events is slow: do it off the training thread.
         threading.Thread(target=self.send_profile, args=(profiler, request, wall, waited, phased),
-                         daemon=True).start()
+                         name="fieldguide-profile", daemon=True).start()
 
     def phases_spent(self) -> float | None:
         """Seconds the training thread has spent between a step's end and the next forward so far
