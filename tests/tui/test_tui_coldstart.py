@@ -66,8 +66,10 @@ async def evidence_lines(findings: Findings) -> list[str]:
     async with app.run_test(size=(80, 24)) as pilot:
         await app.push_screen(DepartureScreen(findings, find_playbook("slow-start"), Remeasure()))
         await wait_for(pilot, lambda: isinstance(app.screen, DepartureScreen), 20, "the departure page")
-        box = app.screen.query_one("#dep-evidence", Static)
-        lines = [box.render_line(y).text.rstrip() for y in range(box.size.height)]
+        lines = []
+        for name in ("#dep-evidence", "#dep-detail"):
+            box = app.screen.query_one(name, Static)
+            lines += [box.render_line(y).text.rstrip() for y in range(box.size.height)]
         assert all(len(line) <= 80 for line in lines)
         await pilot.press("q")
     return lines

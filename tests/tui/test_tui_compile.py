@@ -56,7 +56,7 @@ NO_BREAKS = textwrap.dedent("""
 
 def evidence_text(screen: DepartureScreen) -> str:
     console = Console(width=80, record=True, file=io.StringIO())
-    console.print(screen._evidence())  # the evidence as drawn, below the fold included
+    console.print(screen._decided(), screen._detail())  # the evidence as drawn, below the fold included
     return console.export_text()
 
 

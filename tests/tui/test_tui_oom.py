@@ -82,7 +82,7 @@ async def test_an_oom_in_the_first_step_is_broken_down_as_bars(tmp_path: Path, a
         screen = app.screen
         assert screen.departure["cause"] == "memory.activations"
         console = Console(width=80, record=True, file=io.StringIO())
-        console.print(screen._evidence())  # the evidence as drawn, below the fold included
+        console.print(screen._decided(), screen._detail())  # the evidence as drawn, below the fold included
         text = console.export_text()
         assert "shares of what was counted" in text
         bars = [line for line in text.splitlines() if line.startswith("activations") and "█" in line]

@@ -1,8 +1,11 @@
-"""The departure: the cause, the evidence (the numbers, the series, the top stacks), and the
-field-guide page (why, fix with code, verify) as the headless summary draws it. m re-measures to check a fix.
+"""The departure: the cause, what decided it (measured against expected), the field-guide page
+(why, fix with code, verify) as the headless summary draws it, then the detail: what the node
+found, the series, the top stacks and the files for other viewers. m re-measures to check a fix;
+n shows the departed node's other raw readings.
 
 Drawn from the walk's `Findings`, the object the reports and the headless summary read, with
-the same status vocabulary and fix-step renderer. Series are the ones the probes declare."""
+the same status vocabulary and the report's own sections (report/sections.py) where a report
+draws the same thing. Series are the ones the probes declare."""
 
 from __future__ import annotations
 
@@ -38,9 +41,9 @@ from fieldguide.frontends.tui.widgets.live import LiveReadings
 from fieldguide.frontends.tui.widgets.tryfix import TryFixPanel
 from fieldguide.measurement import format_value
 from fieldguide.report.charts import series_groups
-from fieldguide.report.evidence_sections import FINDING, evidence_sections
+from fieldguide.report.evidence_sections import FINDING, evidence_sections, top_stacks
 from fieldguide.report.section_types import FixPage
-from fieldguide.report.sections import also_departing, brief
+from fieldguide.report.sections import also_departing, artifact_sections, brief
 from fieldguide.report.summary import FOUND_ROWS
 from fieldguide.report.terminal import TimelineBar, renderables
 from fieldguide.report.timeline import cold_start_of
@@ -64,8 +67,7 @@ if TYPE_CHECKING:
     from fieldguide.playbook import Playbook
     from fieldguide.report.findings import Departure, Findings
 
-STACK_FRAMES = 3  # innermost frames shown per stack; the report has them all
-STACKS = 3
+STACKS = 3  # top stacks shown; the report has them all
 
 
 class DepartureScreen(Screen[None]):
@@ -74,6 +76,7 @@ class DepartureScreen(Screen[None]):
         Binding("m", "remeasure", "Re-measure", tooltip="Measure the departure again (check a fix)"),
         Binding("t", "try_fix", "Try fix", tooltip="Relaunch the job with the fix applied and time both"),
         Binding("e", "export", "Export"),
+        Binding("n", "numbers", "Numbers", tooltip="Show or hide the departed node's other raw readings"),
     ]
 
     if TYPE_CHECKING:
@@ -96,11 +99,13 @@ class DepartureScreen(Screen[None]):
             yield Static("", id="dep-remeasure")
             yield TryFixPanel(id="dep-tryfix")
             yield LiveReadings(id="dep-live")
-            yield Static(self._evidence(), id="dep-evidence")
+            yield Static(self._decided(), id="dep-evidence")
+            yield Static(self._numbers() or "", id="dep-numbers")
             # The page as the headless summary draws it (report/terminal.py): code in a fix wraps at
             # the terminal's width instead of running off an 80-column screen.
             yield Static(Group(*renderables([FixPage(d.get("why", ""), tuple(d["fix"]), d["verify"])])),
                          id="dep-guide")
+            yield Static(self._detail(), id="dep-detail")
         yield Footer()
 
     @property
@@ -111,6 +116,7 @@ class DepartureScreen(Screen[None]):
         self.title = "departure"
         self.sub_title = f"{self.departure['cause']} at {self.departure['node']}"
         self.query_one("#dep-remeasure").display = False
+        self.query_one("#dep-numbers").display = False
         self.live.display = False
         if self.remeasure.running:
             self.remeasure_progress(self.remeasure.text)
@@ -148,12 +154,17 @@ class DepartureScreen(Screen[None]):
                 shown.add(row.name)
         return table, shown
 
-    def _numbers(self, shown: set[str]) -> Text | None:
-        """The departed node's other measured values, with their units."""
+    def _numbers(self) -> Text | None:
+        """The departed node's other measured values, with their units (under `n`: raw readings
+        are for checking, and would stand between the verdict and its fix)."""
+        _, shown = self._evidence_table()
         values = self.findings.evidence.get(self.departure["node"], {}).get("values") or {}
         words = [f"{name} {format_value(value, self.findings.units.get(name, ''))}" for name, value in values.items()
                  if name not in shown and value is not None and not isinstance(value, (list, dict))]
-        return Text("numbers: " + " · ".join(words), style="dim") if words else None
+        if not words:
+            return None
+        return Text.assemble((f"Raw readings of {self.departure['node']} (n hides them)\n", "bold"),
+                             (" · ".join(words), "dim"))
 
     def _series(self) -> list[RenderableType]:
         """The chain's per-step series (step time and its wait, memory per step) as sparklines: the
@@ -194,13 +205,15 @@ class DepartureScreen(Screen[None]):
         cold, node = cold_start_of(self.findings, [step["node"] for step in self.chain])
         return ([Text(""), TimelineBar(cold)] if cold is not None else []), node is not None
 
-    def _evidence(self) -> Group:
-        parts: list[RenderableType] = [Text(""), Text("Evidence", style="bold underline")]
-        table, shown = self._evidence_table()
-        parts.append(table)
-        numbers_line = self._numbers(shown)
-        if numbers_line is not None:
-            parts.append(numbers_line)
+    def _decided(self) -> Group:
+        """What decided the verdict: each node of the chain, measured against expected."""
+        table, _ = self._evidence_table()
+        return Group(Text(""), Text("Evidence", style="bold underline"), table)
+
+    def _detail(self) -> Group:
+        """After the fix: what the node found (the report's sections), the series, the shares, the
+        top stacks and the files for other viewers, then how it was measured."""
+        parts: list[RenderableType] = []
         timeline, measured = self._timeline()
         if measured:
             parts += timeline
@@ -210,17 +223,10 @@ class DepartureScreen(Screen[None]):
         if series:
             parts += [Text(""), *series]
         parts += self._bars()
-        whose, stacks = self.findings.top_stacks([step["node"] for step in self.chain])
-        if stacks:
-            parts += [Text(""), Text(f"Top stacks ({whose}, innermost frame first)", style="bold")]
-            for s in stacks[:STACKS]:
-                part = s.get("share")
-                frames = str(s.get("stack", "")).split(" ← ")
-                stack = " ← ".join(frames[:STACK_FRAMES]) + (" ← …" if len(frames) > STACK_FRAMES else "")
-                parts.append(Text.assemble((f"{part:4.0%} " if isinstance(part, (int, float)) else "     ", "bold"),
-                                           (f"{s.get('category', '')}  ", "yellow"), stack))
+        parts += renderables(brief(top_stacks(self.findings), STACKS))
         if not measured:
             parts += timeline
+        parts += renderables(artifact_sections(self.findings, level=3))
         provenance = [f"{step['node']}: {self.findings.evidence[step['node']]['provenance']}" for step in self.chain
                       if self.findings.evidence.get(step["node"], {}).get("provenance")]
         if provenance:
@@ -304,3 +310,15 @@ class DepartureScreen(Screen[None]):
 
     def action_export(self) -> None:
         self.post_message(ExportRequested())
+
+    def action_numbers(self) -> None:
+        box = self.query_one("#dep-numbers", Static)
+        if not self.departure_has_numbers():
+            self.notify("No other readings: the table above has them all.")
+            return
+        box.display = not box.display
+        if box.display:
+            self.query_one("#dep-scroll", VerticalScroll).scroll_to_widget(box, animate=False)
+
+    def departure_has_numbers(self) -> bool:
+        return self._numbers() is not None
