@@ -27,6 +27,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
               ("e", "export the findings report"), ("esc", "back to the walk of the whole job (from one rank's)")]),
     ("Departure", [("m", "re-measure: a launched job is started afresh first"),
                    ("t", "try the fix: relaunch the job with the cause's fix applied and time both, in turns"),
+                   ("n", "the departed node's other raw readings"),
                    ("e", "export the report"), ("esc / w", "back to the walk")]),
     ("Watch (fieldguide watch)", [("enter", "open the event under the cursor (a departure's page)"),
                                   ("esc / w", "back to the dashboard"),
