@@ -20,6 +20,7 @@ from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext
+from fieldguide.probes.contention import ContentionWindow
 
 SLOW_ON_ANY = ("float64", "complex128")
 IDLE_LOOK_S = 1.0  # how long the machine's idle cores are read
@@ -45,23 +46,6 @@ def usable_cores(state: dict[str, Any], pid: int | None) -> tuple[float | None, 
     if ranks > 1:
         cores, why = cores / ranks, f"{why}, shared by {ranks} ranks on this node"
     return cores, why
-
-
-def idle_cores(seconds: float = IDLE_LOOK_S) -> float | None:
-    """Cores the machine left idle over a short look (all its processes, fieldguide's included)."""
-    import psutil
-
-    try:
-        before = psutil.cpu_times()
-        time.sleep(seconds)
-        after = psutil.cpu_times()
-    except (psutil.Error, OSError):
-        return None
-    total = sum(after) - sum(before)
-    if total <= 0:
-        return None
-    idle = (after.idle - before.idle) + (getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0))
-    return max(idle / total, 0.0) * (psutil.cpu_count() or 1)
 
 
 def slow_share(flops: dict[str, float], state: dict[str, Any]) -> tuple[float, str]:
@@ -136,6 +120,9 @@ class StepEfficiency(AgentProbe):
 
     def run(self, ctx: ProbeContext, timeout: float = 20.0) -> Measurement:
         started = time.monotonic()
+        # The machine's idle cores over the count (the walk's own contention reading, at least
+        # IDLE_LOOK_S long): what more threads could use, fieldguide's own work included.
+        look = ContentionWindow(None)
         self.reading(ctx, status="counting one step's FLOPs by dtype")
         wait = min(timeout, max(ctx.budget_left, 5.0))
         reply = self.ask(ctx, {"count": True, "timeout_s": wait}, timeout=wait + 1.0)
@@ -153,7 +140,7 @@ class StepEfficiency(AgentProbe):
                                     "the line that set it was not seen (tensors made in that dtype, or a conversion "
                                     "before the agent loaded)") if values["slow_dtype_fraction"] else None
         values.update(self._rate(ctx, flops, state))
-        values.update(self._threads(ctx, state))
+        values.update(self._threads(ctx, state, look, started))
         # The step's time in the slow dtype's long ops (a matmul's share of the step times the
         # share of FLOPs in the slow dtype): the share the walk ranks this cause by.
         long_share = values.get("long_op_fraction")
@@ -183,7 +170,8 @@ class StepEfficiency(AgentProbe):
                 found["peak_fraction"] = round(found["achieved_gflops"] / peak, 3)
         return found
 
-    def _threads(self, ctx: ProbeContext, state: dict[str, Any]) -> dict[str, Any]:
+    def _threads(self, ctx: ProbeContext, state: dict[str, Any], look: ContentionWindow,
+                 started: float) -> dict[str, Any]:
         threads = state.get("threads")
         ranks = ctx.measure("dist.ranks", {}) if ctx.measure is not None else None
         seen = ranks.values.get("ranks_seen") if ranks is not None and ranks.ok else None
@@ -192,7 +180,8 @@ class StepEfficiency(AgentProbe):
             # (Lightning and mp.spawn start their ranks themselves).
             state = {**state, "local_world_size": str(seen)}
         cores, why = usable_cores(state, ctx.target.pid)
-        idle = idle_cores()
+        ctx.sleep(max(IDLE_LOOK_S - (time.monotonic() - started), 0.0))
+        idle = look.finish().get("free_cores")
         profile = ctx.measure("torch.ops", {"steps": 5}) if ctx.measure is not None else None
         long_share = profile.values.get("long_op_fraction") if profile is not None and profile.ok else None
         found: dict[str, Any] = {"intra_op_threads": threads, "usable_cores": None if cores is None else round(cores, 2),
