@@ -88,3 +88,22 @@ async def test_the_panel_draws_the_arms_under_the_table_at_80_columns() -> None:
         assert "num_workers=8 helps" in "\n".join(lines) and "ms per step (median, ─ on to the third quartile)" in lines
         drawn = [line for line in lines if "█" in line]
         assert len(drawn) == 4 and all(len(line) <= 80 for line in lines)
+
+
+async def test_while_it_runs_each_arm_is_named_by_its_change_within_80_columns() -> None:
+    class PanelApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield TryFixPanel(id="panel")
+
+    app = PanelApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        panel = app.query_one(TryFixPanel)
+        panel.display = True
+        panel.show_progress("num_workers=2: 40 steps timed", {
+            "as launched": [58.0, 57.0, 59.0], "num_workers=2": [20.0, 21.0],
+            "persistent_workers=true pin_memory=true": [55.0], "num_workers=8": []})
+        await pilot.pause()
+        lines = [panel.render_line(y).text.rstrip() for y in range(panel.size.height)]
+        assert lines[0].startswith("Trying the fix: num_workers=2: 40 steps timed")
+        assert [line.split()[0] for line in lines[1:4]] == ["as", "num_workers=2", "persistent_work…"]
+        assert all(len(line) <= 80 for line in lines) and not any("num_workers=8" in line for line in lines)

@@ -194,7 +194,7 @@ class TurnExperiment:
                 turn = self._turn(arm, arms[arm], window, cancelled)
                 turns.append(turn)
                 progress(f"{self.labels[arm]}: {len(turn.step_ms)} steps timed",
-                         {f"{key}_ms": self._steps_of(turns, key) for key in keys})
+                         {self.labels[key]: self._steps_of(turns, key) for key in keys})
             return Arms(dict(self.labels), turns)
         finally:
             self.target.resume()

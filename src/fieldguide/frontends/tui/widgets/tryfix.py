@@ -52,11 +52,14 @@ class TryFixPanel(Static):
             self.app.call_from_thread(self.show_result, result)
 
     def show_progress(self, status: str, series: dict[str, list[float]]) -> None:
+        """Each arm by its change (`num_workers=4`), its steps so far as a sparkline, the last one's ms."""
         lines: list[RenderableType] = [Text(f"Trying the fix: {status}", style="bold")]
-        width = max(16, min(40, self.size.width - 24))
+        name_w = min(max((len(name) for name in series), default=0), ARM_LABEL) + 1
+        width = max(16, min(40, (self.size.width or 78) - name_w - 12))
         for name, values in series.items():
             if values:
-                lines.append(Text.assemble((f"arm {name.removesuffix('_ms'):<3}", "bold"),
+                shown = name if len(name) < name_w else name[:name_w - 2] + "…"
+                lines.append(Text.assemble((f"{shown:<{name_w}}", "bold"),
                                            (sparkline(values, width), "cyan"), f" {values[-1]:.3g} ms"))
         self.update(Group(*lines))
 
