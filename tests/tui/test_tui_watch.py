@@ -49,6 +49,9 @@ class SlowingSource:
     def missing(self) -> dict[str, str]:
         return {"gpu_util": "NVML unavailable: no driver here"}
 
+    def hold(self, holding: bool) -> None:
+        pass
+
     def job_alive(self) -> bool:
         return True
 

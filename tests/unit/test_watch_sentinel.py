@@ -4,6 +4,7 @@ event per settled shift, the baseline learned anew after it, events.jsonl line b
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -55,6 +56,9 @@ class StepSource:
 
     def missing(self) -> dict[str, str]:
         return {"gpu_util": "NVML unavailable: no driver"}
+
+    def hold(self, holding: bool) -> None:
+        self.held = holding
 
     def close(self) -> None:
         self.closed = True
@@ -291,3 +295,87 @@ def test_redaction_knows_the_shapes_a_colleagues_command_uses() -> None:
                        "-----END OPENSSH PRIVATE KEY-----")
     assert "hunter2" not in said and "b3Blbn" not in said
     assert redact_text("tokenizer gpt2, passwords are hashed") == "tokenizer gpt2, passwords are hashed"
+
+
+class CountingAgent:
+    """An agent whose FLOP count answers 2.5 GFLOP a step (or fails), with one connection's steps."""
+
+    def __init__(self, conn: Any, ok: bool = True) -> None:
+        self.conn, self.ok, self.asked = conn, ok, 0
+
+    def primary(self) -> Any:
+        return self.conn
+
+    def ranks(self) -> list[Any]:
+        return []
+
+    def snapshot(self, conn: Any, capability: str, name: str, since: int = 0) -> tuple[int, list[Any]]:
+        items = list(conn.stream(capability, name).items)
+        return len(items), items[since:]
+
+    def request(self, capability: str, params: dict[str, Any], timeout: float = 10.0) -> Any:
+        assert capability == "efficiency" and params["count"] is True
+        self.asked += 1
+        if not self.ok:
+            return SimpleNamespace(ok=False, error="no training step came to count", result={})
+        return SimpleNamespace(ok=True, error=None, result={"flops": {"float32 cpu matmul": 2.0e9,
+                                                                      "float32 cpu conv": 0.5e9}})
+
+
+def test_launched_the_achieved_rate_is_a_series_from_a_count_a_minute(monkeypatch) -> None:
+    from fieldguide.agent.channel import AgentConnection
+    from fieldguide.agent.inside.rows import StepRow
+    from fieldguide.watch import sources
+
+    ends = socket.socketpair()
+    try:
+        conn = AgentConnection(ends[0])
+        agent = CountingAgent(conn)
+        source = sources.LaunchSource.__new__(sources.LaunchSource)
+        source.target, source.seen, source.main = SimpleNamespace(agent=agent), {}, None
+        source.gpu = SimpleNamespace(add_to=lambda polled, now, memory: True, missing=lambda: {})
+        source.flops = sources.FlopCounts(source.target)
+
+        def steps(*ends_at: float) -> None:
+            stream = conn.stream("loop", "steps")
+            for t in ends_at:
+                stream.items.append(list(StepRow(t_end=t, wall_s=0.05, loader_wait_s=0.0, boundary="o",
+                                                 input_s=0.0, input_cpu_s=0.0, loader_cpu_s=None, backwards=1,
+                                                 closures=0, forwards=1, save_s=0.0, batch_elements=None)))
+            stream.total += len(ends_at)
+
+        steps(1.0, 1.05)
+        source.poll(1.1)  # the count is asked for, on a thread
+        source.flops.thread.join(5)
+        steps(1.10)
+        polled = source.poll(1.2)
+        assert polled.points["gflops"] == [(1.10, pytest.approx(50.0))]  # 2.5 GFLOP in 50 ms
+        source.poll(30.0)
+        assert agent.asked == 1  # once a minute, not every poll
+        source.hold(True)  # a walk measures: no count of the watch's own
+        source.poll(100.0)
+        assert agent.asked == 1
+        source.hold(False)
+        source.poll(100.5)
+        source.flops.thread.join(5)
+        assert agent.asked == 2 and "gflops" not in source.missing()
+        agent.ok = False
+        source.poll(200.0)
+        source.flops.thread.join(5)
+        assert source.flops.gflop == pytest.approx(2.5)  # the last count stands
+    finally:
+        for end in ends:
+            end.close()
+
+
+def test_a_count_that_never_came_is_said_and_attached_there_is_none() -> None:
+    from fieldguide.watch import sources
+
+    flops = sources.FlopCounts(SimpleNamespace(agent=CountingAgent(None, ok=False)))
+    flops.maybe_ask(1.0)
+    assert flops.thread is not None
+    flops.thread.join(5)
+    assert flops.gflop is None and "did not count" in (flops.reason or "")
+    attach = sources.AttachSource.__new__(sources.AttachSource)
+    attach.gpu, attach.stack_reason = SimpleNamespace(missing=lambda: {}), None
+    assert "launched job" in attach.missing()["gflops"]

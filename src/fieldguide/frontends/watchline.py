@@ -11,7 +11,7 @@ from typing import Any
 from fieldguide.errors import FieldguideError
 
 SERIES_LABELS = {"step_ms": "step", "input_share": "input", "memory_mb": "memory", "gpu_util": "GPU busy",
-                 "sm_active": "SM active"}
+                 "sm_active": "SM active", "gflops": "achieved"}
 
 
 def default_report_dir() -> Path:
@@ -47,6 +47,8 @@ def value_text(series: str, value: float | None) -> str:
         return f"{value:+.1f} MB/min"
     if series in ("gpu_util", "sm_active"):
         return f"{value:.0f}%"
+    if series == "gflops":
+        return f"{value:.3g} GFLOP/s"
     return f"{value:.1f} ms"
 
 

@@ -19,7 +19,7 @@ from fieldguide.playbook.source import (
 )
 from fieldguide.playbook.yamlread import LineDict
 
-SERIES = ("step_ms", "input_share", "memory_mb", "gpu_util", "sm_active")
+SERIES = ("step_ms", "input_share", "memory_mb", "gpu_util", "sm_active", "gflops")
 # Each signal has exactly one condition; its number's meaning is in watch.yaml's comments.
 CONDITIONS = ("rise_ratio", "rise_points", "drop_points", "slope_mb_per_min")
 KEEP_S = 600.0  # the recent points the watch keeps (store.py): no span may be longer

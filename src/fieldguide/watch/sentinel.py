@@ -200,6 +200,7 @@ class Sentinel:
         playbook = self.signal(fired[0].signal).playbook
         walking = Walking(playbook=playbook, started=now, detected_t=round(now - self.started, 1), changed=changed)
         self.walking = walking
+        self.source.hold(True)
         self._enter("walking", now)
         self.emit("departing", changed=changed, playbook=playbook)
 
@@ -221,6 +222,7 @@ class Sentinel:
             if self.walking is not walking:
                 return
             self.walking = None
+            self.source.hold(False)
             findings = walking.findings
             report = self._write_report(findings) if findings is not None else None
             runner = getattr(walking.session, "runner", None)

@@ -1,7 +1,9 @@
 """Where the watch's series come from, at a cost to the job of next to nothing.
 
 Launched: the agent's step stream (each step's time, and the part of it before the first
-forward: input) and its resident set once a second; nothing is armed. Attached: the resident
+forward: input) and its resident set once a second; nothing is armed. The achieved rate (GFLOP/s:
+the FLOPs of one step, counted by the agent every COUNT_EVERY_S, over each step's time), so that a
+job that falls to a slower path shows its rate falling. Attached: the resident
 set through psutil, and the input share from a sparse stack sample: a 4 s py-spy window at 10
 samples a second every 8 s, of the main process only, non-blocking (the job is never paused).
 On a GPU, NVML's utilisation, GPM's SM activity and the job's own device memory, in both modes.
@@ -22,6 +24,7 @@ MB = 2**20
 STACK_WINDOW_S = 4.0  # attached: each sparse stack window
 STACK_EVERY_S = 8.0  # one window begins this often (half the time sampled)
 STACK_RATE = 10  # samples a second in it (py-spy's default is 100)
+COUNT_EVERY_S = 60.0  # a FLOP count (one step under a dispatch mode) this often: a step's cost a minute
 
 
 @dataclass
@@ -126,6 +129,42 @@ class GpuReader:
             self.nvml = None
 
 
+class FlopCounts:
+    """The agent's count of one step's FLOPs, asked on a thread every COUNT_EVERY_S while not held
+    (a walk of the watch's counts its own): the latest GFLOP a step, or why there is none."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        self.gflop: float | None = None
+        self.reason: str | None = None  # why there is no count (None before the first answer)
+        self.asked_at: float | None = None
+        self.held = False
+        self.thread: threading.Thread | None = None
+
+    def maybe_ask(self, now: float) -> None:
+        if self.held or (self.thread is not None and self.thread.is_alive()):
+            return
+        if self.asked_at is not None and now - self.asked_at < COUNT_EVERY_S:
+            return
+        self.asked_at = now
+        self.thread = threading.Thread(target=self._ask, name="fieldguide-watch-flops", daemon=True)
+        self.thread.start()
+
+    def _ask(self) -> None:
+        agent = self.target.agent
+        if agent is None:
+            return
+        reply = agent.request("efficiency", {"count": True, "timeout_s": 10.0}, timeout=12.0)
+        if not reply.ok:
+            self.reason = f"the agent did not count a step's FLOPs: {reply.error}"
+            return
+        total = sum(float(v) for v in (reply.result.get("flops") or {}).values())
+        if total > 0:
+            self.gflop, self.reason = total / 1e9, None
+        else:
+            self.reason = "no op of the step has a FLOP formula in torch"
+
+
 def job_pids(pid: int | None) -> set[int]:
     """The process and its descendants (a launcher's ranks, DataLoader workers)."""
     if pid is None:
@@ -143,7 +182,7 @@ class LaunchSource:
     """A launched job's agent streams: the primary rank's steps and resident set, every rank's steps."""
 
     kind = "launch"
-    shape = SeriesShape()
+    shape = SeriesShape(per_step=("step_ms", "input_share", "gflops"))
 
     def __init__(self, target: Any, gpu_module: Any | None = None) -> None:
         self.target = target
@@ -153,6 +192,11 @@ class LaunchSource:
         # The whole job's processes, from the launched process down (a launcher's ranks included).
         self.gpu = GpuReader(lambda: job_pids(target.popen.pid), gpu_module)
         self.gpu.read()  # NVML opened now: what it cannot measure is in the start event
+        self.flops = FlopCounts(target)
+
+    def hold(self, holding: bool) -> None:
+        """No FLOP count of the watch's own while a walk of the job measures."""
+        self.flops.held = holding
 
     def _new(self, conn: Any, capability: str, name: str) -> list[Any]:
         key = (id(conn), f"{capability}.{name}")
@@ -180,6 +224,9 @@ class LaunchSource:
         if primary is None:
             return polled
         polled.steps_total = primary.steps_total
+        if primary.steps_total:
+            self.flops.maybe_ask(now)
+        gflop = self.flops.gflop
         ranks = agent.ranks()
         for conn in ranks if primary in ranks else [primary, *ranks]:
             rows = [StepRow.read(r) for r in self._new(conn, "loop", "steps")]
@@ -193,6 +240,8 @@ class LaunchSource:
                 polled.add("step_ms", r.t_end, r.wall_s * 1000)
                 before_forward = r.input_s if r.input_s is not None else r.loader_wait_s
                 polled.add("input_share", r.t_end, min(max(before_forward / r.wall_s, 0.0), 1.0))
+                if gflop is not None:
+                    polled.add("gflops", r.t_end, gflop / r.wall_s)
         rss = [RssRow.read(r) for r in self._new(primary, "memory", "rss")]
         if not self.gpu.add_to(polled, now, memory=True):  # a CUDA job's memory is its device memory
             for row in rss:
@@ -200,7 +249,10 @@ class LaunchSource:
         return polled
 
     def missing(self) -> dict[str, str]:
-        return self.gpu.missing()
+        missing = self.gpu.missing()
+        if self.flops.gflop is None and self.flops.reason:
+            missing["gflops"] = self.flops.reason
+        return missing
 
     def close(self) -> None:
         self.gpu.close()
@@ -279,8 +331,12 @@ class AttachSource:
     def job_alive(self) -> bool:
         return bool(self.target.alive())
 
+    def hold(self, holding: bool) -> None:
+        """Nothing to hold: attached, the watch counts no FLOPs."""
+
     def missing(self) -> dict[str, str]:
         missing = {"step_ms": "attached: steps are timed by the agent of a launched job (watch -- CMD)",
+                   "gflops": "attached: a step's FLOPs are counted by the agent of a launched job (watch -- CMD)",
                    **self.gpu.missing()}
         if self.stack_reason:
             missing["input_share"] = self.stack_reason
