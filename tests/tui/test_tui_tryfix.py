@@ -73,11 +73,12 @@ def test_the_arms_are_bars_on_one_scale_with_their_spread() -> None:
     assert bars[3].endswith(" 6.44") and arm_lines({"cause": "x", "ran": False, "why": "none"}, 78) == []
 
 
-async def test_the_panel_draws_the_arms_under_the_table_at_80_columns() -> None:
-    class PanelApp(App[None]):
-        def compose(self) -> ComposeResult:
-            yield TryFixPanel(id="panel")
+class PanelApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield TryFixPanel(id="panel")
 
+
+async def test_the_panel_draws_the_arms_under_the_table_at_80_columns() -> None:
     app = PanelApp()
     async with app.run_test(size=(80, 24)) as pilot:
         panel = app.query_one(TryFixPanel)
@@ -91,10 +92,6 @@ async def test_the_panel_draws_the_arms_under_the_table_at_80_columns() -> None:
 
 
 async def test_while_it_runs_each_arm_is_named_by_its_change_within_80_columns() -> None:
-    class PanelApp(App[None]):
-        def compose(self) -> ComposeResult:
-            yield TryFixPanel(id="panel")
-
     app = PanelApp()
     async with app.run_test(size=(80, 24)) as pilot:
         panel = app.query_one(TryFixPanel)

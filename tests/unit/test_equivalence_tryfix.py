@@ -171,17 +171,28 @@ class StreamAgent:
         return self.streams.setdefault(name, self.deque())
 
 
-def test_the_agent_keeps_the_first_losses_and_where_the_job_seeded(monkeypatch) -> None:
+@pytest.fixture
+def hooked(monkeypatch) -> tuple[Any, StreamAgent]:
+    """The losses capability hooked into this process's torch, as a launched job's agent does;
+    torch's functions are put back after the test."""
     torch = pytest.importorskip("torch")
     from fieldguide.agent.inside.capabilities import losses
 
-    # Restored after the test: the capability wraps these as a launched job's agent does.
     monkeypatch.setattr(torch.autograd, "backward", torch.autograd.backward)
     monkeypatch.setattr(torch, "manual_seed", torch.manual_seed)
     agent = StreamAgent()
     capability = losses.Losses(agent)  # type: ignore[arg-type]
     capability.start()
     capability.hook_torch(torch)
+    return capability, agent
+
+
+def test_the_agent_keeps_the_first_losses_and_where_the_job_seeded(hooked: tuple[Any, StreamAgent]) -> None:
+    import torch
+
+    from fieldguide.agent.inside.capabilities import losses
+
+    _, agent = hooked
     torch.manual_seed(3)
     torch.manual_seed(4)  # the first seeding is the one noted
     model = torch.nn.Linear(4, 1)
@@ -202,16 +213,10 @@ def test_the_agent_keeps_the_first_losses_and_where_the_job_seeded(monkeypatch) 
     assert seeded["seed"] == 3 and "test_equivalence_tryfix.py:" in seeded["at"]
 
 
-def test_a_job_that_ends_early_sends_the_losses_it_has(monkeypatch) -> None:
-    torch = pytest.importorskip("torch")
-    from fieldguide.agent.inside.capabilities import losses
+def test_a_job_that_ends_early_sends_the_losses_it_has(hooked: tuple[Any, StreamAgent]) -> None:
+    import torch
 
-    monkeypatch.setattr(torch.autograd, "backward", torch.autograd.backward)
-    monkeypatch.setattr(torch, "manual_seed", torch.manual_seed)
-    agent = StreamAgent()
-    capability = losses.Losses(agent)  # type: ignore[arg-type]
-    capability.start()
-    capability.hook_torch(torch)
+    capability, agent = hooked
     w = torch.ones(2, requires_grad=True)
     for _ in range(3):
         (w * 2).sum().backward()

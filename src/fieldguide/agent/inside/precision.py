@@ -14,25 +14,19 @@ module class is noted once, with the job's line that called it.
 from __future__ import annotations
 
 import functools
-import sys
+import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .capabilities.overrides import _is_agent_or_torch
+from .capabilities.efficiency import caller_line
 
 MODES = ("float32", "tf32")
 
 
 def job_line() -> str:
-    """The first frame outside torch and this agent: the job's line that called the module."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not _is_agent_or_torch(name):
-            return f"{name.rsplit('/', 1)[-1]}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return "?"
+    """The job's line that called the module (the first frame outside torch and this agent)."""
+    return os.path.basename(caller_line() or "?")
 
 
 def patch_precision(torch: ModuleType, mode: str, note: Callable[[str, str], None]) -> None:
