@@ -44,7 +44,9 @@ class TrainingActivity(Probe):
 
     def _from_agent(self, ctx: ProbeContext, conn: Any, wait: float) -> Measurement:
         started = time.monotonic()
-        deadline = started + min(wait, ctx.budget_left)
+        # The wait runs from the agent's connection: a launched job's walk has already watched it
+        # for its first steps (session.wait_ready), and that watch is this one's evidence too.
+        deadline = max(min(conn.connected_at + wait, started + ctx.budget_left), started)
         while conn.steps_total < 2 and time.monotonic() < deadline and ctx.target.alive():
             self.reading(ctx, elapsed=time.monotonic() - started, of=wait, status="waiting for a training step")
             if not ctx.sleep(0.25):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .capabilities.efficiency import caller_line
+from .callers import caller_line
 
 MODES = ("float32", "tf32")
 

@@ -19,22 +19,11 @@ import time
 from types import ModuleType
 from typing import Any
 
+from ..callers import caller_line
 from ..capability import Capability, expire_request
-from .overrides import _is_agent_or_torch
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 SLOW_DTYPES = ("float64", "complex128")
-
-
-def caller_line() -> str | None:
-    """The first frame outside torch and this agent: the job's line that made the call."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not _is_agent_or_torch(name):
-            return f"{name}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return None
 
 
 class Efficiency(Capability):

@@ -19,8 +19,8 @@ import os
 from types import ModuleType
 from typing import Any
 
+from ..callers import caller_line
 from ..capability import Capability
-from .efficiency import caller_line
 
 LOSS_STEPS = 20
 

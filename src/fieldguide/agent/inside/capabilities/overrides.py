@@ -29,6 +29,7 @@ import traceback
 from types import FrameType, ModuleType
 from typing import Any
 
+from ..callers import is_agent_or_torch
 from ..capability import Capability
 
 KNOWN = ("dataloader.num_workers", "dataloader.pin_memory", "dataloader.persistent_workers", "compile.dynamic",
@@ -75,10 +76,6 @@ def override_problems(text: str) -> list[str]:
     return problems
 
 
-def _is_agent_or_torch(filename: str) -> bool:
-    return "/torch/" in filename or "_fieldguide_agent" in filename or "fieldguide/agent" in filename
-
-
 def _is_installed(filename: str) -> bool:
     return "site-packages/" in filename or "dist-packages/" in filename
 
@@ -89,7 +86,7 @@ def caller(setting: str = "") -> str:
     framework and, where one of its settings objects has a field named for the `setting`
     ("num_workers" -> TrainingArguments.dataloader_num_workers), that field: "train.py:70 via
     transformers (its setting TrainingArguments.dataloader_num_workers)"."""
-    frames = [f for f in traceback.extract_stack()[:-1] if not _is_agent_or_torch(f.filename)]
+    frames = [f for f in traceback.extract_stack()[:-1] if not is_agent_or_torch(f.filename)]
     if not frames:
         return "?"
     own_at = max((i for i, f in enumerate(frames) if not _is_installed(f.filename)), default=None)
@@ -110,7 +107,7 @@ def settings_field(setting: str) -> str | None:
     frame: FrameType | None = sys._getframe(2)
     try:
         while frame is not None:
-            if _is_installed(frame.f_code.co_filename) and not _is_agent_or_torch(frame.f_code.co_filename):
+            if _is_installed(frame.f_code.co_filename) and not is_agent_or_torch(frame.f_code.co_filename):
                 owner = frame.f_locals.get("self")
                 for candidate in (getattr(owner, "args", None), getattr(owner, "config", None), owner):
                     fields = getattr(candidate, "__dict__", None)
