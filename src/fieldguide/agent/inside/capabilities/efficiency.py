@@ -150,8 +150,7 @@ class Efficiency(Capability):
             found["interop_threads"] = torch.get_num_interop_threads()
             found["default_dtype"] = str(torch.get_default_dtype()).replace("torch.", "")
             found["matmul_precision"] = torch.get_float32_matmul_precision()
-            found["autocast_cpu"] = bool(torch.is_autocast_cpu_enabled()) if hasattr(torch, "is_autocast_cpu_enabled") \
-                else None
+            found["autocast_cpu"] = autocast_on(torch, "cpu")
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 found["cuda_tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
                 found["cudnn_tf32"] = bool(torch.backends.cudnn.allow_tf32)
@@ -160,6 +159,16 @@ class Efficiency(Capability):
         except Exception as err:
             found["state_error"] = repr(err)
         return found
+
+
+def autocast_on(torch: ModuleType, device: str) -> bool | None:
+    """Whether autocast is on for `device` (torch 2.4 on takes the device; before, a CPU-only call)."""
+    try:
+        return bool(torch.is_autocast_enabled(device))
+    except TypeError:
+        return bool(torch.is_autocast_cpu_enabled()) if device == "cpu" else None
+    except Exception:
+        return None
 
 
 def counting_mode(torch: ModuleType) -> Any:
