@@ -2,8 +2,9 @@
 after the change and none before it; none at all on the healthy job with a trainer's rhythm.
 
 `make test` runs two with rules whose windows are shorter (the same conditions, learnt and
-held for less time), launched and attached; `make test-all` runs every workload in every
-declared mode with the bundled rules: the event within 60 s of the change."""
+held for less time), launched and attached, and the healthy job under the bundled rules for 100 s
+(no alarm); `make test-all` runs every workload in every declared mode with the bundled rules:
+the event within 60 s of the change, and four minutes of the healthy job with none."""
 
 from __future__ import annotations
 
@@ -111,6 +112,19 @@ def test_a_change_is_named_soon_after_it_with_quick_rules(tmp_path: Path, name: 
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "start" and kinds[1] == "baseline" and kinds[-1] == "end", kinds
     assert "cause " in said and "baseline" in said  # the headless lines, one per event
+
+
+def test_the_shipped_rules_raise_no_alarm_on_a_trainers_rhythm(tmp_path: Path) -> None:
+    """The bundled rules, unchanged, on the healthy job with a trainer's rhythm (workers restarted
+    each epoch, an evaluation every ~20 s, a checkpoint every ~14 s): the baseline learned after 50 s,
+    then 45 s watched through two evaluations and three checkpoints with no departure. `make
+    test-all` watches it for four minutes in both modes."""
+    events, _, said = watch(tmp_path, "periodic_healthy", "launch", change_after=1e9, seconds=100)
+    assert [e for e in events if e["kind"] in ("departing", "departure")] == [], said
+    baseline = next(e for e in events if e["kind"] == "baseline")
+    assert {"step_ms", "input_share", "gflops"} <= set(baseline["baseline"]), baseline  # gflops: the achieved rate
+    end = events[-1]
+    assert end["kind"] == "end" and end["t"] - baseline["t"] >= 40, events
 
 
 def changing_cases() -> list[object]:
