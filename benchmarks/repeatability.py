@@ -37,6 +37,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from fieldguide.host.kill import kill_tree
+
 FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
 PLAYBOOK = "slow-training"
 DEFAULT_WORKLOADS = ("faults_io_over_input", "faults_input_over_io", "loop_gc_every_step", "loop_python_metrics",
@@ -165,9 +167,7 @@ def walk(name: str, mode: str) -> dict[str, Any]:
         pass
     finally:
         if target is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(target.pid, signal.SIGKILL)
-            target.wait()
+            kill_tree(target)  # torchrun's ranks too: each is in a session of its own
     seconds = time.monotonic() - started
     try:
         data = json.loads(report.read_text()) if report.exists() else None

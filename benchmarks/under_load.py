@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,8 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from fieldguide.host.kill import kill_tree
 
 FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
 # The default zoo set: one workload per cause family of slow-training, and a healthy one; the
@@ -68,9 +69,7 @@ def condition(name: str) -> Iterator[None]:
         yield
     finally:
         for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_tree(proc)
 
 
 def score(data: dict | None, cause: str | None, verdict: str) -> str:
@@ -109,9 +108,7 @@ def zoo_walk(name: str, mode: str) -> tuple[str, float, str]:
         pass
     finally:
         if target is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(target.pid, signal.SIGKILL)
-            target.wait()
+            kill_tree(target)  # torchrun's ranks too: each is in a session of its own
     seconds = time.monotonic() - started
     data = json.loads(report.read_text()) if report.exists() else None
     said = "no report" if data is None else \

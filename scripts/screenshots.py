@@ -1,16 +1,19 @@
 """Regenerate screenshots/*.svg from the real app on the real demo workload.
 
-    .venv/bin/python scripts/screenshots.py [--size 100x32] [--out screenshots]
+    .venv/bin/python scripts/screenshots.py [--size 80x24] [--out screenshots]
 
 picker.svg     the target picker, listing a real torch job (the demo, started plainly)
 walk.svg       a walk in progress: the loop probe measuring, with its live readings
 departure.svg  the departure the walk stops at, with its evidence and field-guide page
+tryfix.svg     the fix tried from the departure page (t): the arms, their table and the verdict
+help.svg       the keys (?)
 export.svg     the export dialog
 watch.svg      `fieldguide watch` on a job whose loader slows 60 s in: the dashboard after the
                departure, its walk's cause in the events (about 2 minutes)
 
 Nothing is replayed or faked: the app is made by the same `make_app` the CLI uses, the
-target is launched with the agent, and the probes are the real ones (about 40 s in all).
+target is launched with the agent, and the probes are the real ones (about 2 minutes in all,
+the fix's arms included).
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from fieldguide.frontends.tui.app import FieldguideApp, make_app
 from fieldguide.frontends.tui.dialogs.export import ExportDialog
 from fieldguide.frontends.tui.procscan import ProcessScanner
 from fieldguide.frontends.tui.screens.departure import DepartureScreen
+from fieldguide.frontends.tui.screens.help import HelpScreen
 from fieldguide.frontends.tui.screens.picker import PlaybookPicker, TargetPicker
 from fieldguide.frontends.tui.screens.walk import WalkScreen
+from fieldguide.frontends.tui.widgets.tryfix import TryFixPanel
 from fieldguide.workloads import changing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +95,18 @@ async def shoot(out: Path, size: tuple[int, int], job: subprocess.Popen[bytes]) 
             await wait_for(pilot, lambda: len(app.screen.query("#dep-guide")) > 0, 10, "the field guide")
             save(app, out, "departure")
 
+            await pilot.press("t")  # try the fix: the job relaunched with it, timed in turns
+            panel = app.screen.query_one("#dep-tryfix", TryFixPanel)
+            await wait_for(pilot, lambda: panel.result is not None, 240, "the fix's arms")
+            await pilot.pause(0.5)
+            save(app, out, "tryfix")
+
+            await pilot.press("question_mark")
+            await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), 10, "the help")
+            save(app, out, "help")
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, DepartureScreen), 10, "the departure again")
+
             await pilot.press("e")
             await wait_for(pilot, lambda: isinstance(app.screen, ExportDialog), 10, "the export dialog")
             save(app, out, "export")
@@ -130,7 +147,7 @@ async def shoot_watch(out: Path, size: tuple[int, int]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", default="100x32", help="terminal size, WIDTHxHEIGHT (default 100x32)")
+    parser.add_argument("--size", default="80x24", help="terminal size, WIDTHxHEIGHT (default 80x24: SSH)")
     parser.add_argument("--out", type=Path, default=ROOT / "screenshots")
     parser.add_argument("--only", choices=("walk", "watch"), help="take one part's screenshots")
     args = parser.parse_args()

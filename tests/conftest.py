@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from fieldguide.host.kill import kill_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,9 +98,4 @@ def workload_process(tmp_path_factory: pytest.TempPathFactory):
 
     yield start
     for proc in started:
-        # The whole group: a killed job's DataLoader workers would otherwise linger.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        kill_tree(proc)

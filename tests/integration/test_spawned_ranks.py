@@ -4,7 +4,6 @@ reads each one's rank from its stack (`_wrap`'s `i`), and takes no other spawned
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fieldguide.host.access import py_spy_path
+from fieldguide.host.kill import kill_tree
 from fieldguide.host.rankfinder import sibling_ranks
 
 pytestmark = [pytest.mark.integration,
@@ -54,8 +54,7 @@ def start(tmp_path: Path, source: str) -> subprocess.Popen[str]:
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_tree(proc)
 
 
 def test_each_spawned_rank_is_read_from_its_stack(tmp_path: Path) -> None:
