@@ -89,7 +89,8 @@ def test_a_report_shows_each_arm_and_the_verdict() -> None:
                                      {"cause": "host.sync", "ran": False, "why": "a code change"}])
     text = to_markdown(findings)
     assert "### Fix of input.waiting tried, 3 rounds in turns" in text
-    assert "| arm b | 50 (50-50) | 30 | 50% (50%-50%) | n/a | num_workers=4 at train.py:90 |" in text
+    assert "| arm b | 50 (50-50) | 50% (50%-50%) | 30 | n/a |" in text
+    assert "- arm b: num_workers=4 at train.py:90" in text  # where it was applied, under the table
     assert "arm b helps; the sweep scales with workers" in text
     assert "### Fix of host.sync not tried" in text and "a code change" in text
     assert Findings.from_json(findings.to_json()).experiments == findings.experiments
@@ -115,7 +116,7 @@ def test_each_arm_reports_its_peak_resident_memory_beside_its_speed():
 
 
 def test_each_arm_reports_its_cuda_peak_where_it_has_one_and_the_reports_show_both_peaks():
-    from fieldguide.report.findings import experiment_rows
+    from fieldguide.report.findings import EXPERIMENT_COLUMNS, experiment_rows
 
     turns = [Turn("a", 0, 1, [10.0], peak_rss_mb=900.0, peak_cuda_mb=2048.0),
              Turn("b", 1, 2, [9.0], peak_rss_mb=600.0, peak_cuda_mb=1536.5),
@@ -124,10 +125,11 @@ def test_each_arm_reports_its_cuda_peak_where_it_has_one_and_the_reports_show_bo
     assert [r["peak_cuda_mb"] for r in rows] == [2100.0, 1536.5]
     [(_, table, _)] = experiment_rows([{"cause": "memory.activations", "ran": True, "rounds": 2, "verdict": "",
                                         "arms": rows}])
-    assert [row[4] for row in table] == ["950 RSS, 2100 CUDA", "600 RSS, 1536 CUDA"]
+    peak = EXPERIMENT_COLUMNS.index("peak MB")
+    assert [row[peak] for row in table] == ["950 RSS, 2100 CUDA", "600 RSS, 1536 CUDA"]
     cpu = Arms({"a": "as launched"}, [Turn("a", 0, 1, [10.0], peak_rss_mb=512.0)]).rows()
     [(_, table, _)] = experiment_rows([{"cause": "x", "ran": True, "rounds": 1, "verdict": "", "arms": cpu}])
-    assert table[0][4] == "512 RSS"
+    assert table[0][peak] == "512 RSS"
 
 
 def test_turns_are_sized_from_steps_that_ran_alone() -> None:
@@ -160,5 +162,5 @@ def test_a_report_shows_each_arms_losses_where_the_experiment_compared_them() ->
                         experiments=[{"cause": "device.precision", "ran": True, "rounds": 3, "arms": rows,
                                       "verdict": "a regression, not a win"}])
     text = to_markdown(findings)
-    assert "| arm | step ms (quartiles) | steps | vs as launched (rounds) | peak MB | losses | applied |" in text
-    assert "| arm b | 60 (60-60) | 30 | 60% (60%-60%) | n/a | different (3e-02) |" in text
+    assert "| arm | step ms (q1-q3) | vs launched (rounds) | losses | steps | peak MB |" in text
+    assert "| arm b | 60 (60-60) | 60% (60%-60%) | different (3e-02) | 30 | n/a |" in text

@@ -471,8 +471,9 @@ def _peaks(arm: dict[str, Any]) -> str:
     return ", ".join(part for part in said if part) or "n/a"
 
 
-EXPERIMENT_COLUMNS = ("arm", "step ms (quartiles)", "steps", "vs as launched (rounds)", "peak MB", "losses",
-                      "applied")
+# Short cells only, so that the table fits 80 columns; where each change was applied (a path and
+# a line) is listed under it (experiment_applied).
+EXPERIMENT_COLUMNS = ("arm", "step ms (q1-q3)", "vs launched (rounds)", "losses", "steps", "peak MB")
 
 
 def _losses(arm: dict[str, Any]) -> str:
@@ -490,9 +491,14 @@ def _losses(arm: dict[str, Any]) -> str:
     return ("same" if found["equivalent"] else "different") + shown
 
 
+def experiment_applied(experiment: dict[str, Any]) -> list[str]:
+    """Where each arm's change was applied, one line an arm: "intra_op=2: intra_op=2 at train.py:12"."""
+    return [f"{arm['arm']}: {'; '.join(arm['applied'])}" for arm in experiment.get("arms") or [] if arm.get("applied")]
+
+
 def experiment_rows(experiments: list[dict[str, Any]]) -> list[tuple[str, list[list[str]], str]]:
-    """Per experiment: its title, a row per arm (arm, step ms with quartiles, steps, vs the job,
-    peak memory, what was applied), and its verdict or why it did not run."""
+    """Per experiment: its title, a row per arm (EXPERIMENT_COLUMNS: arm, step ms with quartiles,
+    vs the job, losses, steps, peak memory), and its verdict or why it did not run."""
     found: list[tuple[str, list[list[str]], str]] = []
     for exp in experiments:
         if not exp.get("ran"):
@@ -504,9 +510,8 @@ def experiment_rows(experiments: list[dict[str, Any]]) -> list[tuple[str, list[l
                      f"{arm['vs_a']:.0%} ({arm['vs_a_min']:.0%}-{arm['vs_a_max']:.0%})")
             spread = (f"{arm['step_ms']:.3g} ({arm['step_ms_q1']:.3g}-{arm['step_ms_q3']:.3g})"
                       if arm.get("step_ms") is not None else "n/a")
-            rows.append([str(arm["arm"]), spread, str(arm["steps"]), ratio or "baseline", _peaks(arm),
-                         _losses(arm) or ("baseline" if not ratio and any(a.get("losses") for a in exp["arms"])
-                                          else ""), "; ".join(arm.get("applied") or [])])
+            losses = _losses(arm) or ("baseline" if not ratio and any(a.get("losses") for a in exp["arms"]) else "")
+            rows.append([str(arm["arm"]), spread, ratio or "baseline", losses, str(arm["steps"]), _peaks(arm)])
         verdict = str(exp.get("verdict", "")) + (f"; the sweep {exp['shape']}" if exp.get("shape") else "")
         found.append((f"Fix of {exp['cause']} tried, {exp.get('rounds')} rounds in turns", rows, verdict))
     return found

@@ -10,8 +10,15 @@ from typing import Any
 from fieldguide import __version__
 from fieldguide.report.charts import charts_for
 from fieldguide.report.evidence_sections import APPENDIX, FINDING, START, evidence_sections
-from fieldguide.report.findings import EXPERIMENT_COLUMNS, Findings, PathStep, experiment_rows
+from fieldguide.report.findings import (
+    EXPERIMENT_COLUMNS,
+    Findings,
+    PathStep,
+    experiment_applied,
+    experiment_rows,
+)
 from fieldguide.report.section_types import (
+    Bullets,
     Cell,
     Facts,
     Figure,
@@ -186,7 +193,7 @@ def _experiments(f: Findings) -> list[Section]:
 def experiment_sections(experiments: list[dict[str, Any]]) -> list[Section]:
     """Each fix tried: its title, the table of arms, and its verdict (or why it was not tried)."""
     found: list[Section] = []
-    for title, arm_rows, said in experiment_rows(experiments):
+    for experiment, (title, arm_rows, said) in zip(experiments, experiment_rows(experiments), strict=True):
         found.append(Heading(3, title))
         if arm_rows:
             # The losses column where the experiment compared them (equivalence before speed).
@@ -194,6 +201,9 @@ def experiment_sections(experiments: list[dict[str, Any]]) -> list[Section]:
                     if name != "losses" or any(row[i] for row in arm_rows)]
             found.append(_table(tuple(EXPERIMENT_COLUMNS[i] for i in keep),
                                 [cells(*(row[i] for i in keep)) for row in arm_rows]))
+            applied = experiment_applied(experiment)
+            if applied:
+                found += [Paragraph((Span("Where each change was applied:"),)), Bullets(tuple(applied))]
         found.append(Paragraph((Span(said),)))
     return found
 
