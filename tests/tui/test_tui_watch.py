@@ -16,6 +16,7 @@ from tui_helpers import screen_text, wait_for
 
 from fieldguide.frontends.tui.screens.watch import EventScreen, WatchScreen
 from fieldguide.frontends.tui.watchapp import WatchApp
+from fieldguide.frontends.watchline import event_line
 from fieldguide.report import load_report
 from fieldguide.watch.detect import SeriesShape
 from fieldguide.watch.rules import load_rules
@@ -96,6 +97,13 @@ async def test_the_dashboard_draws_series_lists_events_and_opens_a_departure(tmp
         assert "GPU busy: not measured here (NVML unavailable" in text
         assert "input.waiting" in text  # the departure's row
         table = app.screen.query_one("#watch-events", DataTable)
+        # A long event wraps at the screen's width instead of being cut at 80 columns.
+        lines = [table.render_line(y).text.rstrip() for y in range(table.size.height)]
+        assert all(len(line) <= 80 for line in lines)
+        departure = next(e for e in sentinel.events if e["kind"] == "departure")
+        said = event_line(departure).strip()
+        assert len(said) > 76  # wider than the screen: its end (the report's path) is still shown
+        assert said.replace(" ", "")[-30:] in "".join(line.replace(" ", "") for line in lines), lines
         table.move_cursor(row=table.row_count - 1)
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, EventScreen), 10, "the departure's page")

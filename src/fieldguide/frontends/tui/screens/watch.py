@@ -41,6 +41,9 @@ class WatchEvent(Message):
         self.event = event
 
 
+EVENTS_LABEL = "events (Enter opens a departure)"
+
+
 class WatchEnded(Message):
     pass
 
@@ -66,8 +69,7 @@ class WatchScreen(Screen[None]):
     def on_mount(self) -> None:
         self.title = "fieldguide watch"
         self.sub_title = f"pid {self.sentinel.target.pid}"
-        table = self.query_one("#watch-events", DataTable)
-        table.add_column("events (Enter opens a departure)", key="line")
+        self.query_one("#watch-events", DataTable).add_column(EVENTS_LABEL, key="line", width=self.event_width())
         self.redraw()
         self.set_interval(1.0, self.redraw)
 
@@ -78,14 +80,35 @@ class WatchScreen(Screen[None]):
         for event in list(self.sentinel.events):  # emitted before the screen listened
             self.post_message(WatchEvent(event))
 
+    def event_width(self) -> int:
+        """The events column: the screen's width, so that a long event wraps instead of being cut."""
+        return max(30, (self.size.width or self.app.size.width) - 4)
+
     @on(WatchEvent)
     def add_event(self, message: WatchEvent) -> None:
-        table = self.query_one("#watch-events", DataTable)
         key = str(len(self.rows))
         self.rows[key] = message.event
-        style = "bold" if message.event["kind"] == "departure" else ""
-        table.add_row(Text(event_line(message.event).strip(), style=style), key=key)
+        self._add_row(key, message.event)
+        table = self.query_one("#watch-events", DataTable)
         table.move_cursor(row=table.row_count - 1)
+
+    def _add_row(self, key: str, event: dict[str, Any]) -> None:
+        style = "bold" if event["kind"] == "departure" else ""
+        self.query_one("#watch-events", DataTable).add_row(Text(event_line(event).strip(), style=style),
+                                                           key=key, height=None)
+
+    def on_resize(self) -> None:
+        """The rows' heights follow the width they wrap at: the table is laid out again."""
+        table = self.query_one("#watch-events", DataTable)
+        if table.columns and next(iter(table.columns.values())).width == self.event_width():
+            return
+        cursor = table.cursor_row
+        table.clear(columns=True)
+        table.add_column(EVENTS_LABEL, key="line", width=self.event_width())
+        for key, event in self.rows.items():
+            self._add_row(key, event)
+        if self.rows:
+            table.move_cursor(row=min(cursor, table.row_count - 1))
 
     @on(WatchEnded)
     def ended(self) -> None:
