@@ -118,3 +118,14 @@ async def test_ctrl_c_quits_from_the_picker() -> None:
         await wait_for(pilot, lambda: not app.is_running, 20, "the app to exit")
     assert app.exit_code() == 0
     assert not any(isinstance(s, WalkScreen) for s in app.screen_stack)
+
+
+def test_the_help_opens_on_the_keys_of_the_screen_it_was_asked_on() -> None:
+    from fieldguide.frontends.tui.screens.departure import DepartureScreen
+    from fieldguide.frontends.tui.screens.help import KEYS, ordered
+    from fieldguide.frontends.tui.screens.watch import WatchScreen
+
+    for screen in (TargetPicker, WalkScreen, DepartureScreen, WatchScreen):
+        sections = [name for name, _ in ordered(screen.HELP_SECTION)]
+        assert sections[:2] == [screen.HELP_SECTION, "Everywhere"] and sorted(sections) == sorted(n for n, _ in KEYS)
+    assert [name for name, _ in ordered(None)] == [name for name, _ in KEYS]  # Everywhere first, as listed

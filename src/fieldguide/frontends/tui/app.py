@@ -172,7 +172,7 @@ class FieldguideApp(App[int]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(getattr(self.screen, "HELP_SECTION", None)))
 
     def farewell(self) -> str:
         """One line for the shell once the TUI is gone: the verdict and its cause, and where the

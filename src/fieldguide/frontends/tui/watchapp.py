@@ -55,7 +55,7 @@ class WatchApp(App[int]):
         from fieldguide.frontends.tui.screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(HelpScreen(getattr(self.screen, "HELP_SECTION", None)))
 
     async def action_quit(self) -> None:  # ctrl+q, and anything else that asks the app to quit
         self.action_shutdown()

@@ -71,6 +71,7 @@ STACKS = 3  # top stacks shown; the report has them all
 
 
 class DepartureScreen(Screen[None]):
+    HELP_SECTION = "Departure"  # its keys first in the help
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,w", "back", "Walk", tooltip="Back to the walk"),
         Binding("m", "remeasure", "Re-measure", tooltip="Measure the departure again (check a fix)"),

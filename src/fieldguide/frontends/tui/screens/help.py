@@ -1,4 +1,5 @@
-"""Every key, by screen, and what the tree's glyphs mean. Keyboard only; no mouse needed."""
+"""Every key, by screen, and what the tree's glyphs mean. Keyboard only; no mouse needed. The
+keys of the screen `?` was pressed on come first (a screen's HELP_SECTION names its section)."""
 
 from __future__ import annotations
 
@@ -35,11 +36,17 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 
 
-def help_table() -> Table:
+def ordered(first: str | None) -> list[tuple[str, list[tuple[str, str]]]]:
+    """KEYS with the `first` section at the top, then "Everywhere", then the others as listed."""
+    rank = {first: 0, "Everywhere": 1}
+    return sorted(KEYS, key=lambda section: rank.get(section[0], 2))
+
+
+def help_table(first: str | None = None) -> Table:
     table = Table(box=None, padding=(0, 1), show_header=False, expand=True)
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column(ratio=1)
-    for section, keys in KEYS:
+    for section, keys in ordered(first):
         table.add_row(Text(section, style="bold underline"), "")
         for key, what in keys:
             table.add_row(key, what)
@@ -61,11 +68,15 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,question_mark,q", "close", "Close help"),
     ]
 
+    def __init__(self, first: str | None = None) -> None:
+        super().__init__()
+        self.first = first  # the section of the screen `?` was pressed on
+
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box", classes="dialog"):
             yield Label("fieldguide keys  (esc closes)", classes="dialog-title")
             with VerticalScroll(id="help-body"):
-                yield Static(help_table())
+                yield Static(help_table(self.first))
 
     def on_mount(self) -> None:
         self.query_one("#help-body").focus()

@@ -38,6 +38,7 @@ def _cmd_text(cmd: str, width: int) -> str:
 
 
 class TargetPicker(Screen[None]):
+    HELP_SECTION = "Target picker"  # its keys first in the help
     if TYPE_CHECKING:
         app = getters.app(FieldguideApp)
 

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 
 class WalkScreen(WalkWorkers):
+    HELP_SECTION = "Walk"  # its keys first in the help
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n", "step", "Next", tooltip="Measure the current node (manual step)"),
         Binding("a", "toggle_auto", "Auto", tooltip="Auto-walk on / paused"),

@@ -49,6 +49,7 @@ class WatchEnded(Message):
 
 
 class WatchScreen(Screen[None]):
+    HELP_SECTION = "Watch (fieldguide watch)"  # its keys first in the help
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open_event", "Open event", show=True),
     ]
@@ -179,6 +180,8 @@ class WatchScreen(Screen[None]):
 
 class EventScreen(Screen[None]):
     """A departure the watch walked: its summary, as the headless walk prints it."""
+
+    HELP_SECTION = "Watch (fieldguide watch)"  # its keys first in the help
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,w", "back", "Watch")]
 
