@@ -184,3 +184,49 @@ def test_a_count_nobody_waits_for_any_more_is_failed_and_unhooked() -> None:
     time.sleep(0.01)
     capability.tick()
     assert agent.replies[-1] == {"error": "no training step came to count"} and agent.listeners == []
+
+
+def test_the_probe_reads_a_count_with_its_rate_threads_and_what_the_counted_step_took() -> None:
+    import types
+
+    from fieldguide.agent.channel import AgentReply
+    from fieldguide.measurement import Measurement
+    from fieldguide.probes.base import ProbeContext
+    from fieldguide.probes.efficiency import StepEfficiency
+
+    state = {"flops": {"float64 cpu matmul": 3.0e9, "float32 cpu matmul": 1.0e9}, "counted_s": 0.0412,
+             "threads": 1, "affinity": 2, "env": {}, "env_set_by_job": [], "cpus": 2,
+             "origins": {"float64": {"value": "Module.double()", "at": "/job/train.py:12"},
+                         "threads": {"value": 1, "at": "/job/train.py:3"}}}
+    agent = types.SimpleNamespace(request=lambda *a, **k: AgentReply(True, result=state), primary=lambda: None)
+    measured = {"loop.steps": {"step_ms_median": 20.0}, "torch.ops": {"long_op_fraction": 0.8},
+                "dist.ranks": {"ranks_seen": 1}}
+
+    def measure(probe_id: str, params: dict[str, Any]) -> Measurement:
+        return Measurement(probe=probe_id, values=measured.get(probe_id, {}))
+
+    ctx = ProbeContext(target=types.SimpleNamespace(agent=agent, alive=lambda: True, pid=None),  # type: ignore[arg-type]
+                       measure=measure)
+    m = StepEfficiency().run(ctx)
+    assert m.ok, m.unavailable
+    values = m.values
+    assert values["gflop_per_step"] == 4.0 and values["achieved_gflops"] == 200.0  # 4 GFLOP in 20 ms
+    assert values["counted_step_ms"] == 41.2  # the counted step, against the 20 ms median: the count's cost
+    assert values["slow_dtype_fraction"] == 0.75 and "train.py:12" in values["precision_from"]
+    assert values["intra_op_threads"] == 1 and values["idle_cores"] is not None
+
+
+def test_the_report_says_the_rate_against_the_peak_and_what_the_count_took(walk_with: Any) -> None:
+    from fieldguide.report.findings import environment_from, findings_from_walk
+    from fieldguide.report.render import render
+
+    walk, _ = walk_with({})
+    env = environment_from({"python": "3.11", "torch": "2.13.0", "cuda": None, "cpu_cores": 2, "nvml": "ok"}, [])
+    findings = findings_from_walk(walk, {"kind": "launch", "pid": 1, "cmdline": ["python", "t.py"]}, env)
+    findings.evidence["device.efficiency"] = {"rate": {
+        "gflop_per_step": 4.0, "dtype_mix": "float64 on cpu 75% of 4 GFLOP a step", "achieved_gflops": 200.0,
+        "peak_gflops": 400.0, "peak_from": "calibrated 2026-12-07", "intra_op_threads": 1, "usable_cores": 2.0,
+        "usable_why": "2 cores in its affinity", "counted_step_ms": 41.2}}
+    text = render(findings, "md")
+    assert "This step does 4 GFLOP (float64 on cpu 75%) at 200 GFLOP/s: 50% of this machine's peak" in text
+    assert "counted over one step, which took 41.2 ms under the count" in text

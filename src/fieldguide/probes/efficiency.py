@@ -116,7 +116,7 @@ class StepEfficiency(AgentProbe):
               "precision_share": "fraction",
               "precision_from": "", "achieved_gflops": "GFLOP/s", "peak_gflops": "GFLOP/s", "peak_fraction": "fraction",
               "intra_op_threads": "", "usable_cores": "cores", "idle_cores": "cores", "threads_from": "",
-              "long_op_fraction": "fraction", "threads_gain": "fraction"}
+              "long_op_fraction": "fraction", "threads_gain": "fraction", "counted_step_ms": "ms"}
 
     def run(self, ctx: ProbeContext, timeout: float = 20.0) -> Measurement:
         started = time.monotonic()
@@ -133,7 +133,12 @@ class StepEfficiency(AgentProbe):
         state = reply.result
         flops = {str(k): float(v) for k, v in (state.get("flops") or {}).items()}
         gflop = round(sum(flops.values()) / 1e9, 3)
-        values: dict[str, Any] = {"gflop_per_step": gflop, "dtype_mix": f"{dtype_mix(flops)} of {gflop:g} GFLOP a step"}
+        # The counted step's own time (under the dispatch mode): what the count cost the job,
+        # against the step's median beside it.
+        counted = state.get("counted_s")
+        values: dict[str, Any] = {"gflop_per_step": gflop, "dtype_mix": f"{dtype_mix(flops)} of {gflop:g} GFLOP a step",
+                                  "counted_step_ms": round(float(counted) * 1000, 2)
+                                  if isinstance(counted, (int, float)) else None}
         values["slow_dtype_fraction"], values["slow_dtype"] = slow_share(flops, state)
         origin = (state.get("origins") or {}).get("float64") or (state.get("origins") or {}).get("default_dtype")
         values["precision_from"] = (f"set by {_origin_text(origin)}" if origin else
@@ -147,7 +152,8 @@ class StepEfficiency(AgentProbe):
         values["precision_share"] = round(values["slow_dtype_fraction"] * (long_share if isinstance(
             long_share, (int, float)) else 1.0), 3)
         rate = {k: values.get(k) for k in ("gflop_per_step", "dtype_mix", "achieved_gflops", "peak_gflops",
-                                           "peak_fraction", "intra_op_threads", "usable_cores", "idle_cores")}
+                                           "peak_fraction", "intra_op_threads", "usable_cores", "idle_cores",
+                                           "counted_step_ms")}
         rate["peak_from"], rate["usable_why"] = values.pop("peak_from", None), values.pop("usable_why", None)
         evidence = {"rate": rate}
         return self.measurement(values=values, evidence=evidence, seconds=time.monotonic() - started,

@@ -215,6 +215,9 @@ def achieved_rate(f: Findings) -> list[Section]:
         said += f". It runs {threads} intra-op thread{'s' if threads != 1 else ''}"
         if rate.get("usable_cores") is not None:
             said += f" of {rate['usable_cores']:g} usable cores ({rate.get('usable_why')})"
+    counted = rate.get("counted_step_ms")
+    if isinstance(counted, (int, float)):
+        said += f". The FLOPs were counted over one step, which took {counted:g} ms under the count"
     return [Heading(3, "How fast the step is against this machine"), Paragraph((Span(said + "."),))]
 
 
