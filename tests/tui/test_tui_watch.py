@@ -129,3 +129,25 @@ async def test_a_watch_given_a_duration_returns_by_itself_with_its_status(tmp_pa
     assert sentinel.ended == "watched for 2 s"
     assert app.return_code == sentinel.exit_status
     assert time.monotonic() - started < 15
+
+
+async def test_a_watch_that_ends_after_its_dashboard_is_gone_says_nothing_on_the_way_out(tmp_path: Path) -> None:
+    """q, then the sentinel's last walk ends: its thread once raised ScreenStackError ("No screens
+    on stack") onto the user's terminal after the TUI had gone."""
+    import threading
+
+    release = threading.Event()
+    sentinel = Sentinel(Target(), SlowingSource(), load_rules(), tmp_path, session_factory=recorded_walk)
+    sentinel.run = lambda: release.wait(20) and "released"  # type: ignore[method-assign]
+    raised: list[BaseException] = []
+    before = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)  # type: ignore[assignment,arg-type]
+    try:
+        app = WatchApp(sentinel, Target())
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.thread.is_alive(), 10, "the sentinel's thread")
+        release.set()
+        app.thread.join(10)
+    finally:
+        threading.excepthook = before
+    assert not app.thread.is_alive() and raised == []

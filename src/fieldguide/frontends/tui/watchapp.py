@@ -42,11 +42,14 @@ class WatchApp(App[int]):
         try:
             self.sentinel.run()
         finally:
-            if isinstance(self.screen, WatchScreen):
-                self.screen.post_message(WatchEnded())
+            # From this thread, and perhaps after the app has gone (q, then the sentinel's last
+            # walk ends): the stack, not `self.screen`, which raises once no screen is left.
+            for screen in list(self.screen_stack) if self.is_running else []:
+                if isinstance(screen, WatchScreen):
+                    screen.post_message(WatchEnded())
         # A watch given --duration is a bounded run (a script, a tmux job): it returns by itself,
         # with its events' exit status. Without one, the ended dashboard stays until `q`.
-        if self.sentinel.duration is not None and not self.closing:
+        if self.sentinel.duration is not None and not self.closing and self.is_running:
             self.closing = True
             self.target.close()
             self.call_from_thread(self.exit, self.sentinel.exit_status)
