@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from textual.widgets import Static
 from tui_helpers import wait_for
 
 from fieldguide.frontends.tui.app import make_app
@@ -56,7 +57,7 @@ NO_BREAKS = textwrap.dedent("""
 
 def evidence_text(screen: DepartureScreen) -> str:
     console = Console(width=80, record=True, file=io.StringIO())
-    console.print(screen._decided(), screen._detail())  # the evidence as drawn, below the fold included
+    console.print(*(screen.query_one(f"#dep-{part}", Static).content for part in ("evidence", "detail")))  # as drawn, below the fold included
     return console.export_text()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from textual.widgets import Static
 from tui_helpers import screen_text, wait_for
 
 from fieldguide.frontends.tui.app import make_app
@@ -82,7 +83,7 @@ async def test_an_oom_in_the_first_step_is_broken_down_as_bars(tmp_path: Path, a
         screen = app.screen
         assert screen.departure["cause"] == "memory.activations"
         console = Console(width=80, record=True, file=io.StringIO())
-        console.print(screen._decided(), screen._detail())  # the evidence as drawn, below the fold included
+        console.print(*(screen.query_one(f"#dep-{part}", Static).content for part in ("evidence", "detail")))  # as drawn, below the fold included
         text = console.export_text()
         assert "shares of what was counted" in text
         bars = [line for line in text.splitlines() if line.startswith("activations") and "█" in line]

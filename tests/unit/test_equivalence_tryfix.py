@@ -134,7 +134,11 @@ for _ in range(3):
     out = model(x)
     out.sum().backward()
     opt.step()
-print(json.dumps({"dtypes": [str(t.dtype) for t in (model[0].weight, out, opt.state[model[0].weight]["exp_avg"])],
+class Pair(torch.nn.Module):  # float32 parameters, inputs given as a list
+    def forward(self, pair):
+        return pair[0] + pair[1]
+both = Pair()([torch.ones(2), torch.ones(2)])
+print(json.dumps({"dtypes": [str(t.dtype) for t in (model[0].weight, out, opt.state[model[0].weight]["exp_avg"], both)],
                   "kept": opt.param_groups[0]["params"][0] is model[0].weight, "x": str(x.dtype),
                   "notes": notes,
                   "precision": torch.get_float32_matmul_precision()}))

@@ -14,7 +14,9 @@ from typing import Any
 
 from fieldguide.analysis.stats import median
 
-DEFAULT_RTOL = 1e-3  # float32's tolerance, as in the compiled-against-eager comparison
+# float32's tolerance, agent/inside/equivalence.py's TOLERANCE["float32"] (not imported: that module
+# imports torch in a function, and the CLI never imports torch).
+DEFAULT_RTOL = 1e-3
 MIN_STEPS = 5  # fewer common steps than this compare nothing
 
 

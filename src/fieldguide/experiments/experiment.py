@@ -200,7 +200,8 @@ class TurnExperiment:
             self.target.resume()
             for target in self.relaunched.values():
                 target.resume()
-            self._read_losses({"a": self.target, **self.relaunched}, wait_s=1.0 if self.want_losses else 0.0)
+            if self.want_losses:
+                self._read_losses({"a": self.target, **self.relaunched})
             for key, target in self.relaunched.items():
                 conn = target.agent.primary() if target.agent else None
                 if conn is not None:  # what the agent changed in that arm, before it is gone

@@ -13,13 +13,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fieldguide.agent.inside.callers import is_agent
 from fieldguide.probes.evidence import Artifact
 from fieldguide.probes.pyspy_raw import FRAME, PROCESS, THREAD
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 OPEN_WITH = "https://www.speedscope.app (drop the file on it), or `speedscope FILE` (npm install -g speedscope)"
 OWN_THREAD = "fieldguide"  # the agent's threads are named fieldguide-agent, fieldguide-...
-OWN_FILES = ("/fieldguide/agent/", "_fieldguide_agent")
 
 
 def frame_record(text: str) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def frame_record(text: str) -> dict[str, Any]:
 
 def is_own_frame(text: str) -> bool:
     m = FRAME.match(text)
-    return m is not None and any(part in m.group(2) for part in OWN_FILES)
+    return m is not None and is_agent(m.group(2))
 
 
 def speedscope_profile(raw: str, name: str, rate: float | None = None) -> dict[str, Any]:

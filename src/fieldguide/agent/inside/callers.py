@@ -6,8 +6,13 @@ from __future__ import annotations
 import sys
 
 
+def is_agent(filename: str) -> bool:
+    """A file of this agent: loaded as `_fieldguide_agent`, or from the installed package."""
+    return "_fieldguide_agent" in filename or "fieldguide/agent" in filename
+
+
 def is_agent_or_torch(filename: str) -> bool:
-    return "/torch/" in filename or "_fieldguide_agent" in filename or "fieldguide/agent" in filename
+    return "/torch/" in filename or is_agent(filename)
 
 
 def caller_line(depth: int = 2) -> str | None:

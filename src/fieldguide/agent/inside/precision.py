@@ -21,8 +21,6 @@ from typing import Any
 
 from .callers import caller_line
 
-MODES = ("float32", "tf32")
-
 
 def job_line() -> str:
     """The job's line that called the module (the first frame outside torch and this agent)."""
@@ -55,9 +53,8 @@ def patch_precision(torch: ModuleType, mode: str, note: Callable[[str, str], Non
                 if kind not in noted:
                     noted.add(kind)
                     note(f"{kind}: float64 parameters -> float32", job_line())
-        if any(isinstance(a, torch.Tensor) and a.dtype is f64 for a in args):
-            return tuple(cast(a) for a in args)
-        return None
+        cast_args = tuple(cast(a) for a in args)
+        return cast_args if any(c is not a for c, a in zip(cast_args, args, strict=True)) else None
 
     torch.nn.modules.module.register_module_forward_pre_hook(before_forward)
 

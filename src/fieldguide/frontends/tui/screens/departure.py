@@ -100,8 +100,10 @@ class DepartureScreen(Screen[None]):
             yield Static("", id="dep-remeasure")
             yield TryFixPanel(id="dep-tryfix")
             yield LiveReadings(id="dep-live")
-            yield Static(self._decided(), id="dep-evidence")
-            yield Static(self._numbers() or "", id="dep-numbers")
+            table, shown = self._evidence_table()
+            self.numbers = self._numbers(shown)
+            yield Static(Group(Text(""), Text("Evidence", style="bold underline"), table), id="dep-evidence")
+            yield Static(self.numbers or "", id="dep-numbers")
             # The page as the headless summary draws it (report/terminal.py): code in a fix wraps at
             # the terminal's width instead of running off an 80-column screen.
             yield Static(Group(*renderables([FixPage(d.get("why", ""), tuple(d["fix"]), d["verify"])])),
@@ -155,10 +157,10 @@ class DepartureScreen(Screen[None]):
                 shown.add(row.name)
         return table, shown
 
-    def _numbers(self) -> Text | None:
-        """The departed node's other measured values, with their units (under `n`: raw readings
-        are for checking, and would stand between the verdict and its fix)."""
-        _, shown = self._evidence_table()
+    def _numbers(self, shown: set[str]) -> Text | None:
+        """The departed node's other measured values (those the evidence table does not show), with
+        their units (under `n`: raw readings are for checking, and would stand between the verdict
+        and its fix)."""
         values = self.findings.evidence.get(self.departure["node"], {}).get("values") or {}
         words = [f"{name} {format_value(value, self.findings.units.get(name, ''))}" for name, value in values.items()
                  if name not in shown and value is not None and not isinstance(value, (list, dict))]
@@ -205,11 +207,6 @@ class DepartureScreen(Screen[None]):
         goes with the departed node's rows), rather than the walk timing its job's start on the side."""
         cold, node = cold_start_of(self.findings, [step["node"] for step in self.chain])
         return ([Text(""), TimelineBar(cold)] if cold is not None else []), node is not None
-
-    def _decided(self) -> Group:
-        """What decided the verdict: each node of the chain, measured against expected."""
-        table, _ = self._evidence_table()
-        return Group(Text(""), Text("Evidence", style="bold underline"), table)
 
     def _detail(self) -> Group:
         """After the fix: what the node found (the report's sections), the series, the shares, the
@@ -314,12 +311,9 @@ class DepartureScreen(Screen[None]):
 
     def action_numbers(self) -> None:
         box = self.query_one("#dep-numbers", Static)
-        if not self.departure_has_numbers():
+        if self.numbers is None:
             self.notify("No other readings: the table above has them all.")
             return
         box.display = not box.display
         if box.display:
             self.query_one("#dep-scroll", VerticalScroll).scroll_to_widget(box, animate=False)
-
-    def departure_has_numbers(self) -> bool:
-        return self._numbers() is not None
