@@ -53,7 +53,9 @@ def switch_on(part: str, target: object, pid: int, folder: Path) -> None:
         for proc in procs:
             proc.wait()
     elif part == "opprofile":
-        agent.request("opprofile", {"steps": 5, "timeout_s": 10}, timeout=12)
+        from fieldguide.probes.opprofile import ask_profile
+
+        ask_profile(agent, 5, 10.0)  # the job records and sends its trace; fieldguide reads it
     time.sleep(max(BLOCK_S - (time.monotonic() - started), 0.0))
 
 

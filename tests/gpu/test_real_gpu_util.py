@@ -59,7 +59,9 @@ def test_device_time_per_step_from_cuda_events(job: LaunchTarget) -> None:
 
 def test_pageable_copies_show_in_the_profile(job: LaunchTarget) -> None:
     assert job.agent is not None
-    reply = job.agent.request("opprofile", {"steps": 5}, timeout=60, name="profile")
+    from fieldguide.probes.opprofile import ask_profile
+
+    reply = ask_profile(job.agent, 5, 60.0)
     assert reply.ok, reply.error
     profile = reply.result["profile"]
     assert profile["kernels_per_step"] > 0

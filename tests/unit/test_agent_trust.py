@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from fieldguide.agent.channel import PROTOCOL
 from fieldguide.agent.inside.capabilities.overrides import Overrides, override_problems
 from fieldguide.errors import BadInput
 from fieldguide.targets import LaunchTarget
@@ -37,7 +38,7 @@ def test_a_client_without_the_launchs_token_cannot_pose_as_the_agent() -> None:
         assert real is not None and real.pid == target.pid
         impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         impostor.connect(str(target.agent.path))
-        messages = ({"type": "hello", "protocol": 2, "pid": 1, "rank": {"rank": 0}},
+        messages = ({"type": "hello", "protocol": PROTOCOL, "pid": 1, "rank": {"rank": 0}},
                     {"type": "stream", "capability": "loop", "name": "steps", "items": [[1, 2, 3]] * 50})
         try:  # one write: the host may hang up on the hello before a second write (a broken pipe)
             impostor.sendall("".join(json.dumps(m) + "\n" for m in messages).encode())

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from fieldguide.agent.inside.capabilities.opprofile import anomaly_seen, summarize_profile
 from fieldguide.agent.inside.capabilities.torchstate import TorchState
+from fieldguide.analysis.optrace import TraceEvent, TraceEvents, anomaly_seen, summarize_events
 from fieldguide.probes.torchstate import OP_PROFILE_FRESH_S, debug_values
 
 
@@ -116,12 +116,12 @@ def test_the_agents_own_profile_is_not_the_jobs_profiler() -> None:
 
 
 # -- the op profile: anomaly mode's NaN checks inside backward ----------------------------------
-def event(name: str, us: float, parent: Any = None) -> types.SimpleNamespace:
-    return types.SimpleNamespace(name=name, cpu_time_total=us, cpu_parent=parent, device_type=None)
+def event(name: str, us: float, parent: Any = None) -> TraceEvent:
+    return TraceEvent(name, 0.0, us, parent)
 
 
-def profiler_of(*events: Any) -> Any:
-    return types.SimpleNamespace(events=lambda: list(events))
+def profiler_of(*events: TraceEvent) -> TraceEvents:
+    return TraceEvents(host=list(events))
 
 
 def test_nan_checks_inside_backward_nodes_are_counted_and_the_jobs_own_are_not() -> None:
@@ -132,11 +132,11 @@ def test_nan_checks_inside_backward_nodes_are_counted_and_the_jobs_own_are_not()
         any_true = event("aten::_is_any_true", 2.0, node)
         checks += [isnan, any_true, event("aten::any", 1.5, any_true)]  # any: inside _is_any_true
     own_check = event("aten::isnan", 3.0)  # the job's `torch.isnan(loss)`, outside backward
-    profile = summarize_profile(profiler_of(node, event("aten::mm", 30.0, node), *checks, own_check), 2, 0.001)
+    profile = summarize_events(profiler_of(node, event("aten::mm", 30.0, node), *checks, own_check), 2, 0.001)
     assert profile["anomaly_checks_per_step"] == 2.0  # 4 checks over 2 steps
     assert profile["anomaly_check_fraction"] == pytest.approx(20.0 / 1000.0)
     assert anomaly_seen(profile)["anomaly_checks_per_step"] == 2.0  # type: ignore[index]
-    clean = summarize_profile(profiler_of(node, event("aten::mm", 30.0, node), own_check), 2, 0.001)
+    clean = summarize_events(profiler_of(node, event("aten::mm", 30.0, node), own_check), 2, 0.001)
     assert clean["anomaly_checks_per_step"] == 0 and anomaly_seen(clean) is None
 
 

@@ -10,7 +10,7 @@ import pytest
 from nvml_fake import FakeGpu, fake_pynvml
 
 from fieldguide.agent.inside.capabilities.cuda import user_site
-from fieldguide.agent.inside.capabilities.opprofile import DeviceActivity
+from fieldguide.analysis.optrace import DeviceActivity
 from fieldguide.host.gpuwindow import job_devices, sample_window, summarize
 from fieldguide.host.nvml import GPM_METRICS, Nvml, NvmlUnavailable, nvml_devices, reason_names
 from fieldguide.probes.cuda import step_times

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROTOCOL = 2  # the agent's hello says which it speaks (inside/core.py)
+PROTOCOL = 3  # the agent's hello says which it speaks (inside/core.py); 3: profiles come as traces
 MAX_STREAM_ITEMS = 200_000
 
 
@@ -52,6 +52,8 @@ class AgentConnection:
     closed: bool = False
     closed_at: float | None = None
     rejected: bool = False  # its hello lacked the launch's token: not the job's agent
+    # What the last op profile saw of anomaly mode (analysis/optrace.anomaly_seen), for torch.flags.
+    op_profile_checks: dict[str, Any] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -160,7 +162,7 @@ class AgentServer:
             self._start(self._read, "fieldguide-agent-read", conn)
 
     def _read(self, conn: AgentConnection) -> None:
-        buffer = b""
+        pieces: list[bytes] = []  # of a line not yet ended (a profile's trace is megabytes on one line)
         while True:
             try:
                 chunk = conn.sock.recv(1 << 16)
@@ -172,9 +174,13 @@ class AgentServer:
                     conn.closed_at = time.monotonic()
                     self._changed.notify_all()
                 return
-            buffer += chunk
-            while b"\n" in buffer:
-                line, buffer = buffer.split(b"\n", 1)
+            if b"\n" not in chunk:
+                pieces.append(chunk)
+                continue
+            pieces.append(chunk)
+            *lines, rest = b"".join(pieces).split(b"\n")
+            pieces = [rest] if rest else []
+            for line in lines:
                 try:
                     message = json.loads(line)
                 except ValueError:

@@ -23,6 +23,7 @@ from fieldguide.probes.compile_records import (
     steady_step_ms,
     timeline,
 )
+from fieldguide.probes.opprofile import ask_profile
 
 PROFILE_STEPS = 5
 COLD_EVERY_RUN_S = 5.0  # compiling this long in every run, for lack of a cache, is worth a cache
@@ -154,8 +155,7 @@ class CompileBreaks(CompileProbe):
             self.reading(ctx, status=f"profiling {steps} steps for the compiled graphs each step runs")
             agent = ctx.target.agent
             assert agent is not None
-            reply = agent.request("opprofile", {"steps": steps, "timeout_s": min(30.0, ctx.budget_left)},
-                                  timeout=min(40.0, ctx.budget_left), name="profile")
+            reply = ask_profile(agent, steps, min(30.0, ctx.budget_left))
             if reply.ok:
                 profile = reply.result.get("profile") or {}
                 regions, profiled = profile.get("compiled_regions") or {}, int(profile.get("steps") or steps)

@@ -13,6 +13,7 @@ from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import NEEDS_AGENT, NEEDS_GPU, NEEDS_PROCESS, ProbeContext
+from fieldguide.probes.opprofile import ask_profile
 
 NO_CUDA = "has not initialised CUDA"
 WARMUP_STEPS = 2
@@ -104,9 +105,15 @@ class CudaProfile(CudaProbe):
               "h2d_pageable_per_step": "", "h2d_pageable_fraction": "fraction", "copy_fraction": "fraction"}
 
     def run(self, ctx: ProbeContext, steps: int = 5) -> Measurement:
-        reply, seconds, failed = self.ask_steps(ctx, "profile", steps, f"profiling {steps} steps with CUDA activity")
-        if failed is not None:
-            return failed
+        started = time.monotonic()
+        self.reading(ctx, status=f"profiling {steps} steps with CUDA activity")
+        agent = ctx.target.agent
+        if agent is None:
+            return self.cannot("the in-process agent is not connected", seconds=0.0)
+        reply = ask_profile(agent, steps, min(30.0, ctx.budget_left))
+        seconds = time.monotonic() - started
+        if not reply.ok:
+            return self.cannot(reply.error, seconds=seconds, applicable=NO_CUDA not in reply.error)
         profile = reply.result.get("profile") or {}
         if "kernels_per_step" not in profile:
             return self.cannot("the profile holds no CUDA activity: the job runs no work on a GPU",

@@ -1,20 +1,63 @@
 """An op profile of a few steps with torch.profiler, inside the target.
 
-The profiler costs ~2x while active, so the window is a few steps only.
+The profiler costs ~2x while active, so the window is a few steps only. The job sends
+kineto's trace; its numbers are read here (analysis/optrace.py), off the job's GIL.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from fieldguide.analysis.optrace import anomaly_seen, summarize_events, trace_events
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
 from fieldguide.probes.agent_probe import AgentProbe
 from fieldguide.probes.base import ProbeContext, stack_window
 
+if TYPE_CHECKING:
+    from fieldguide.agent.channel import AgentReply, AgentServer
+
 PERFETTO = "https://ui.perfetto.dev (Open trace file), or chrome://tracing"
+
+
+def ask_profile(agent: AgentServer, steps: int, wait: float,
+                keep: Callable[[], Path] | None = None) -> AgentReply:
+    """Profile `steps` of the job's steps (the agent drops the request past `wait` seconds, so a
+    late profile never slows later nodes); the reply's `profile` is the trace's summary, with
+    the trace kept in `keep()`'s folder as a file for Perfetto where one is asked for. What the
+    profile saw of anomaly mode is kept on the agent's connection for torch.flags."""
+    from fieldguide.agent.channel import AgentReply
+
+    reply = agent.request("opprofile", {"steps": steps, "timeout_s": wait}, timeout=wait + 1.0, name="profile")
+    if not reply.ok:
+        return reply
+    sent = reply.result.get("profile") or {}
+    try:
+        trace = json.loads(sent["trace_json"])
+        steps_run, wall = int(sent["steps"]), float(sent["wall_s"])
+        waited = float(sent.get("ranks_waited_s") or 0.0)
+        phased = None if sent.get("phased_s") is None else float(sent["phased_s"])
+    except (KeyError, TypeError, ValueError) as err:
+        return AgentReply(False, error=f"the profile's trace could not be read: {type(err).__name__}: {err}")
+    profile = summarize_events(trace_events(trace), steps_run, wall, waited, phased)
+    conn = agent.primary()
+    if conn is not None:
+        conn.op_profile_checks = anomaly_seen(profile)
+    if keep is not None:
+        from fieldguide import safewrite
+
+        path = keep() / f"torch-profiler-{int(time.time())}.pt.trace.json"
+        try:
+            safewrite.write_text(path, sent["trace_json"])
+            profile["trace"] = str(path)
+        except (OSError, safewrite.UnsafePath) as err:  # the counts stand without the file
+            profile["trace_error"] = f"{type(err).__name__}: {err}"
+    return AgentReply(True, result={"profile": profile})
 
 
 # Shares of the training thread the stack window names that are outside ops and not overhead: the
@@ -70,11 +113,10 @@ class OpProfile(AgentProbe):
         self.hook_failures(ctx, self.connection(ctx))
         self.reading(ctx, status=f"profiling {steps} steps with torch.profiler")
         wait = min(timeout, max(ctx.budget_left, 5.0))
-        # The agent drops the request past `timeout_s`, so a late profile never slows later nodes.
-        ask: dict[str, Any] = {"steps": steps, "timeout_s": wait}
-        if ctx.artifacts is not None:  # the window as a trace for Perfetto, beside the counts
-            ask["trace"] = str(ctx.artifacts() / f"torch-profiler-{int(time.time())}.pt.trace.json")
-        reply = self.ask(ctx, ask, timeout=wait + 1.0)
+        agent = ctx.target.agent
+        if agent is None:
+            return self.cannot("the in-process agent is not connected", seconds=time.monotonic() - started)
+        reply = ask_profile(agent, steps, wait, keep=ctx.artifacts)
         elapsed = time.monotonic() - started
         if not reply.ok:
             if not ctx.target.alive():

@@ -96,6 +96,10 @@ class TorchFlags(AgentProbe):
         elapsed = time.monotonic() - started
         if not state.get("torch_imported"):
             return self.cannot("the target has not imported torch", seconds=elapsed)
+        checks = dict(conn.op_profile_checks) if conn is not None and conn.op_profile_checks else None
+        if checks is not None:  # what an op profile fieldguide read saw of anomaly mode
+            checks["age_s"] = round(time.monotonic() - checks.pop("t", time.monotonic()), 1)
+            state = {**state, "op_profile": checks}
         where = {"training": "on the training thread", "agent": "from the agent thread",
                  "exit": "as the target exited"}.get(state.get("sampled_on"), "")
         provenance = (f"agent: torch.is_anomaly_enabled(), _profiler_enabled(), get_sync_debug_mode(), "

@@ -30,7 +30,7 @@ from typing import Any
 from .capabilities.collectives import rank_identity
 from .capability import Capability
 
-PROTOCOL = 2
+PROTOCOL = 3
 FLUSH_SECONDS = 0.25  # how often streams reach fieldguide; also the request latency
 CUT_PASSES = 8  # passes over the queues for one consistent flush (see Agent.flush)
 PR_SET_PTRACER = 0x59616D61

@@ -12,8 +12,8 @@ So each backward (`torch.autograd.backward`, which `Tensor.backward` calls; not
 and the profiler as it begins: the state the engine runs that backward with. The answer waits for a step boundary
 with a backward since the request, and carries the counts over those backwards
 (the window), beside the switches at the boundary. The agent's own op profile
-is not counted as the job's profiler. What an op profile saw of anomaly mode's
-NaN checks (opprofile.py) comes with it when a profile has run.
+is not counted as the job's profiler. (What an op profile saw of anomaly mode's
+NaN checks is read by fieldguide from the profile's trace: probes/torchstate.py.)
 """
 
 from __future__ import annotations
@@ -121,11 +121,6 @@ class TorchState(Capability):
         """The agent's op profile is running (its profiler is not the job's)."""
         return getattr(self.agent.capabilities.get("opprofile"), "profiler", None) is not None
 
-    def op_checks(self) -> dict[str, Any] | None:
-        """What the last op profile saw of anomaly mode: NaN checks inside backward, a step."""
-        seen = getattr(self.agent.capabilities.get("opprofile"), "anomaly_seen", None)
-        return dict(seen) if seen else None
-
     def sample(self, sampled_on: str) -> dict[str, Any]:
         state: dict[str, Any] = {
             "sampled_on": sampled_on, "step_count": self.agent.step_count, "t": time.monotonic(),
@@ -162,10 +157,6 @@ class TorchState(Capability):
             state["own_profiler"] = True
         state["backward_hooked"] = self.backward_hooked
         state["backwards_total"] = now[BACKWARDS]
-        checks = self.op_checks()
-        if checks is not None:
-            checks["age_s"] = round(t - checks.pop("t", t), 1)
-            state["op_profile"] = checks
         for request_id, window in ready:
             self.agent.reply(request_id, {"state": {**state, "during_backward": window}})
 
