@@ -432,6 +432,13 @@ def test_overhead_is_what_is_outside_ops_less_what_the_budget_names() -> None:
     assert overhead_share({"op_time_fraction": 0.8, "phase_fraction": 0.5},
                           {"loop_work_fraction": 0.5}) == pytest.approx(0.1)
     assert overhead_share({"op_time_fraction": 0.3, "phase_fraction": 0.0}, {}) == pytest.approx(0.7)
+    # Gradient accumulation whose next micro-batch is tokenized in Python between two forwards:
+    # 82% of the step making input, outside every phase, is the input's share, not overhead.
+    made = {"data_wait_fraction": 0.82, "input_from": "next_micro_batch (train.py), in the loop"}
+    assert overhead_share({"op_time_fraction": 0.18, "phase_fraction": 0.0}, made) == pytest.approx(0.0)
+    # A DataLoader's time is out of the profile already: not taken out twice.
+    loader = {"data_wait_fraction": 0.5, "input_from": "DataLoader.__next__"}
+    assert overhead_share({"op_time_fraction": 0.6, "phase_fraction": 0.5}, loader) == pytest.approx(0.2)
 
 
 def test_a_budget_whose_every_part_was_timed_still_adds_up() -> None:

@@ -67,6 +67,18 @@ NAMED_OUTSIDE_OPS = ("loop_work_fraction", "io_fraction", "sleep_fraction", "loc
                      "collective_fraction")
 
 
+def named_outside_ops(window: dict[str, Any] | None) -> float:
+    """The share of the training thread the stack window names as something other than ops and
+    overhead: the loop's own work, I/O, sleeps, waits, and input made without a DataLoader (whose
+    time the profile leaves out itself)."""
+    if not window:
+        return 0.0
+    named = sum(float(window.get(name) or 0.0) for name in NAMED_OUTSIDE_OPS)
+    if window.get("input_from") and window.get("input_from") != "DataLoader.__next__":
+        named += float(window.get("data_wait_fraction") or 0.0)
+    return named
+
+
 def overhead_share(profile: dict[str, Any], window: dict[str, Any] | None) -> float:
     """The share of the step that is overhead (dispatch, Python between ops). The agent's profile
     reads ops over the model's step only (forward to update: `phase_fraction` of the time, from a
@@ -76,19 +88,17 @@ def overhead_share(profile: dict[str, Any], window: dict[str, Any] | None) -> fl
     op_time_fraction = float(profile["op_time_fraction"])
     loader_fraction = float(profile.get("loader_fraction") or 0.0)
     outside = 1.0 - op_time_fraction
+    named = named_outside_ops(window)
     phases = profile.get("phase_fraction")
     if isinstance(phases, (int, float)):
         waited = float(profile.get("ranks_wait_fraction") or 0.0)
         share = outside * (1.0 - float(phases) - waited)
         # What the window names outside ops beyond the phases (a gradient norm logged between the
-        # backward and the update) is in the model's step here, and named in the budget already.
-        named = sum(float((window or {}).get(name) or 0.0) for name in NAMED_OUTSIDE_OPS)
+        # backward and the update; the next micro-batch made between two forwards) is in the
+        # model's step here, and named in the budget already.
         return max(share - max(named - float(phases), 0.0), 0.0)
     if not window:
         return max(outside, 0.0)
-    named = sum(float(window.get(name) or 0.0) for name in NAMED_OUTSIDE_OPS)
-    if window.get("input_from") and window.get("input_from") != "DataLoader.__next__":
-        named += float(window.get("data_wait_fraction") or 0.0)
     return max(outside - named / max(1.0 - loader_fraction, 0.05), 0.0)
 
 
