@@ -27,7 +27,7 @@ from pathlib import Path
 FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
 
 
-def one_walk(playbook: str, script: Path, budget: float | None, cold: bool = False) -> tuple[float, dict]:
+def one_walk(playbook: str, command: list[str], budget: float | None, cold: bool = False) -> tuple[float, dict]:
     folder = Path(tempfile.mkdtemp(prefix="fgbench-"))
     report = folder / "r.json"
     env = dict(os.environ, FIELDGUIDE_WORKLOAD_SECONDS="200")
@@ -37,7 +37,7 @@ def one_walk(playbook: str, script: Path, budget: float | None, cold: bool = Fal
     if budget is not None:
         cmd += ["--budget", str(budget)]
     t0 = time.monotonic()
-    subprocess.run([*cmd, "--", sys.executable, str(script)], capture_output=True, text=True,
+    subprocess.run([*cmd, "--", *command], capture_output=True, text=True,
                    env=env, timeout=400)
     seconds = time.monotonic() - t0
     data = json.loads(report.read_text()) if report.exists() else {}
@@ -62,7 +62,8 @@ def main() -> None:
     for want in chosen:
         times, past, right = [], [], 0
         for _ in range(args.repeat):
-            seconds, data = one_walk(args.playbook, workloads.path(want.name), args.budget, args.cold)
+            seconds, data = one_walk(args.playbook, workloads.command(want.name, sys.executable), args.budget,
+                                     args.cold)
             times.append(seconds)
             steady = (data.get("cold_start") or {}).get("total_s")
             if isinstance(steady, (int, float)):

@@ -19,6 +19,8 @@ from fieldguide.probes.stacks import sample_margins
 from fieldguide.probes.uncertainty import events_margin, ratio_margin, share_margin
 from fieldguide.walk.engine import CLEAN, DEPARTURE, INCONCLUSIVE, PASS, SKIP, Walk
 
+WINDOW_S = registry.get("loop.steps").params["seconds"]  # type: ignore[union-attr]  # the loop window a node asks for
+
 
 class WindowedMeasure:
     """Healthy values, except loop.steps' data wait, which depends on the window asked for:
@@ -54,25 +56,25 @@ def _node(walk: Walk, node_id: str) -> Any:
 
 
 def test_a_clear_reading_is_judged_at_once(slow_training):
-    measure = WindowedMeasure({4.0: (0.02, 0.01)})
+    measure = WindowedMeasure({WINDOW_S: (0.02, 0.01)})
     walk = _walk(slow_training, measure)
-    assert set(measure.windows) == {4.0}  # each node that reads loop.steps asks for the 4 s window
+    assert set(measure.windows) == {WINDOW_S}  # each node that reads loop.steps asks for the same window
     assert _node(walk, "input.data-wait").status == PASS and walk.verdict == CLEAN
 
 
 def test_a_reading_within_its_margin_is_measured_again_over_twice_the_window(slow_training):
-    measure = WindowedMeasure({4.0: (0.09, 0.03), 8.0: (0.04, 0.02)})
+    measure = WindowedMeasure({WINDOW_S: (0.09, 0.03), 2 * WINDOW_S: (0.04, 0.02)})
     walk = _walk(slow_training, measure)
-    assert measure.windows.count(8.0) == 1
+    assert measure.windows.count(2 * WINDOW_S) == 1
     result = _node(walk, "input.data-wait")
     assert result.status == PASS and result.measured == {"data_wait_fraction": 0.04}
-    assert "measured again over 8 s" in result.note
+    assert f"measured again over {2 * WINDOW_S:g} s" in result.note
     assert "the first window's data_wait_fraction 0.09 ± 0.03" in result.note  # the first, not the second
     assert walk.verdict == CLEAN
 
 
 def test_a_longer_window_that_departs_clearly_departs(slow_training):
-    measure = WindowedMeasure({4.0: (0.11, 0.03), 8.0: (0.4, 0.03)})
+    measure = WindowedMeasure({WINDOW_S: (0.11, 0.03), 2 * WINDOW_S: (0.4, 0.03)})
     walk = _walk(slow_training, measure)
     assert _node(walk, "input.data-wait").status == "depart"
     assert walk.verdict == DEPARTURE
@@ -80,7 +82,7 @@ def test_a_longer_window_that_departs_clearly_departs(slow_training):
 
 def test_a_reading_that_stays_too_close_is_not_judged_and_the_walk_is_not_clean(slow_training):
     busy = {"cpu_wait_fraction": 0.35, "load_per_core": 1.8}
-    measure = WindowedMeasure({4.0: (0.09, 0.03), 8.0: (0.105, 0.02)}, contention=busy)
+    measure = WindowedMeasure({WINDOW_S: (0.09, 0.03), 2 * WINDOW_S: (0.105, 0.02)}, contention=busy)
     walk = _walk(slow_training, measure)
     result = _node(walk, "input.data-wait")
     assert result.status == SKIP and result.undecided
@@ -247,10 +249,10 @@ def test_a_longer_window_an_earlier_node_took_is_not_said_to_be_measured_again(s
     class Cached(WindowedMeasure):
         def __call__(self, option: Any) -> Measurement:
             found = super().__call__(option)
-            found.reused = option.probe == "loop.steps" and option.params.get("seconds") == 8.0
+            found.reused = option.probe == "loop.steps" and option.params.get("seconds") == 2 * WINDOW_S
             return found
 
-    walk = _walk(slow_training, Cached({4.0: (0.09, 0.03), 8.0: (0.04, 0.02)}))
+    walk = _walk(slow_training, Cached({WINDOW_S: (0.09, 0.03), 2 * WINDOW_S: (0.04, 0.02)}))
     note = _node(walk, "input.data-wait").note
     assert "the longer window an earlier node already took: the first window's data_wait_fraction 0.09" in note
     assert "measured again over" not in note

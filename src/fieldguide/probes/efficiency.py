@@ -159,7 +159,7 @@ class StepEfficiency(AgentProbe):
         return self.measurement(values=values, evidence=evidence, seconds=time.monotonic() - started,
                                 provenance="agent: one step under a TorchDispatchMode with torch.utils.flop_counter's "
                                            "formulas; torch.get_num_threads(); the machine's idle cores over "
-                                           f"{IDLE_LOOK_S:g} s (psutil)")
+                                           "the loop window, or over the count (psutil)")
 
     def _rate(self, ctx: ProbeContext, flops: dict[str, float], state: dict[str, Any]) -> dict[str, Any]:
         found: dict[str, Any] = {"achieved_gflops": None, "peak_gflops": None, "peak_fraction": None}
@@ -186,8 +186,13 @@ class StepEfficiency(AgentProbe):
             # (Lightning and mp.spawn start their ranks themselves).
             state = {**state, "local_world_size": str(seen)}
         cores, why = usable_cores(state, ctx.target.pid)
-        ctx.sleep(max(IDLE_LOOK_S - (time.monotonic() - started), 0.0))
-        idle = look.finish().get("free_cores")
+        # The loop window's reading of the machine where the walk took one (longer than a look of
+        # our own, and no wait for it); else a look of IDLE_LOOK_S over the count.
+        steps = ctx.measure("loop.steps", {}) if ctx.measure is not None else None
+        idle = (steps.contention or {}).get("free_cores") if steps is not None and steps.ok else None
+        if idle is None:
+            ctx.sleep(max(IDLE_LOOK_S - (time.monotonic() - started), 0.0))
+            idle = look.finish().get("free_cores")
         profile = ctx.measure("torch.ops", {"steps": 5}) if ctx.measure is not None else None
         long_share = profile.values.get("long_op_fraction") if profile is not None and profile.ok else None
         found: dict[str, Any] = {"intra_op_threads": threads, "usable_cores": None if cores is None else round(cores, 2),
