@@ -197,11 +197,11 @@ def test_attach(tmp_path: Path, want: workloads.Declaration, workload_process) -
 def test_a_target_that_exits_mid_walk_is_reported_not_a_crash(tmp_path: Path) -> None:
     import sys
 
-    # The job trains for 4 s and exits while the walk is still measuring.
+    # The job trains for 2 s and exits while the walk is still measuring (its loop window).
     report = tmp_path / "report.json"
     proc = run_fieldguide("diagnose", "--playbook", "slow-training", "--report", str(report), "--",
                           sys.executable, str(workloads.path("healthy_mlp")),
-                          env={"FIELDGUIDE_WORKLOAD_SECONDS": "4"}, timeout=120)
+                          env={"FIELDGUIDE_WORKLOAD_SECONDS": "2"}, timeout=120)
     assert "Traceback" not in proc.stderr
     data = json.loads(report.read_text())
     # A job that ends is evidence: what it left is judged (healthy_mlp has nothing to find), what needed
