@@ -285,3 +285,28 @@ def test_time_waiting_for_a_core_is_not_counted_as_waiting_for_the_other_ranks(m
     assert round(capability.collective_s, 6) == 0.3 and capability.calls == 1
     assert round(capability.waited_total_s, 6) == 0.5  # the op profile's running total: both waits
 
+
+
+def test_a_reply_made_on_another_thread_is_sent_without_waiting_for_the_next_tick(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # With ticks a minute apart, only the wake-up can bring the training thread's reply over.
+    import fieldguide.agent.inside.core as core
+
+    monkeypatch.setattr(core, "FLUSH_SECONDS", 60.0)
+    inside, outside = socket.socketpair()
+    agent = Agent(inside)
+    serving = threading.Thread(target=agent.serve, daemon=True)
+    serving.start()
+    try:
+        time.sleep(0.1)  # the agent thread waits in select
+        threading.Thread(target=agent.reply, args=(5, {"answer": 42})).start()
+        outside.settimeout(10.0)
+        received = b""
+        while b'"reply"' not in received:
+            received += outside.recv(65536)
+        line = next(x for x in received.split(b"\n") if b'"reply"' in x)
+        assert json.loads(line) == {"type": "reply", "id": 5, "ok": True, "result": {"answer": 42}}
+    finally:
+        agent.disabled = True
+        outside.close()
+        inside.close()

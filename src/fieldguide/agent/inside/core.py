@@ -81,6 +81,11 @@ class Agent:
         self.sock = sock
         self.send_lock = threading.Lock()
         self.outbox: collections.deque[dict[str, Any]] = collections.deque()
+        # A reply made on another thread (the training thread's, a profile's) wakes the agent
+        # thread at once instead of waiting out its FLUSH_SECONDS: a request's answer is not late.
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
         self._streams: list[tuple[str, str, collections.deque[Any], Callable[[Any], Any] | None]] = []
         # Capabilities that want the next step boundaries (a pending request, a running profile).
         self.step_listeners: list[Capability] = []
@@ -117,9 +122,18 @@ class Agent:
 
     def reply(self, request_id: Any, result: dict[str, Any]) -> None:
         self.outbox.append({"type": "reply", "id": request_id, "ok": True, "result": result})
+        self.wake()
 
     def fail(self, request_id: Any, error: str) -> None:
         self.outbox.append({"type": "reply", "id": request_id, "ok": False, "error": error})
+        self.wake()
+
+    def wake(self) -> None:
+        """Have the agent thread flush now (one byte in its pipe; a full pipe is awake already)."""
+        try:
+            os.write(self._wake_write, b"!")
+        except OSError:
+            pass
 
     def hook_failed(self, capability: str, hook: str, err: BaseException) -> None:
         self.outbox.append({"type": "hook_failed", "capability": capability, "hook": hook,
@@ -198,11 +212,16 @@ class Agent:
 
     def _serve_once(self, buffer: bytes) -> bytes:
         try:
-            ready, _, _ = select.select([self.sock], [], [], FLUSH_SECONDS)
+            ready, _, _ = select.select([self.sock, self._wake_read], [], [], FLUSH_SECONDS)
         except (OSError, ValueError):
             self.disabled = True
             return buffer
-        if ready:
+        if self._wake_read in ready:
+            try:
+                os.read(self._wake_read, 4096)
+            except OSError:
+                pass
+        if self.sock in ready:
             try:
                 chunk = self.sock.recv(65536)
             except OSError:
