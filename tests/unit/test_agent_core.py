@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -295,6 +296,8 @@ def test_a_reply_made_on_another_thread_is_sent_without_waiting_for_the_next_tic
     monkeypatch.setattr(core, "FLUSH_SECONDS", 60.0)
     inside, outside = socket.socketpair()
     agent = Agent(inside)
+    # As if torch were hooked already: the agent thread's backstop would hook this process's torch.
+    agent.torch = types.ModuleType("torch")
     serving = threading.Thread(target=agent.serve, daemon=True)
     serving.start()
     try:

@@ -212,7 +212,8 @@ class Agent:
 
     def _serve_once(self, buffer: bytes) -> bytes:
         try:
-            ready, _, _ = select.select([self.sock, self._wake_read], [], [], FLUSH_SECONDS)
+            sock = self.sock.fileno()
+            ready, _, _ = select.select([sock, self._wake_read], [], [], FLUSH_SECONDS)
         except (OSError, ValueError):
             self.disabled = True
             return buffer
@@ -221,7 +222,7 @@ class Agent:
                 os.read(self._wake_read, 4096)
             except OSError:
                 pass
-        if self.sock in ready:
+        if sock in ready:
             try:
                 chunk = self.sock.recv(65536)
             except OSError:
