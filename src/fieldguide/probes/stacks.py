@@ -509,10 +509,11 @@ class StackSample(Probe):
     evidence_kinds = (*ev.STACK_KINDS,)
     title = "Sample the main thread and DataLoader workers with py-spy (idle included)"
     needs = frozenset({NEEDS_PROCESS})
-    # 120 samples of each kind, as 6 s at 20 Hz gave, in 2.5 s: a walk ends sooner after steady
-    # steps, and a reading too close to its threshold is measured again over twice the window
-    # (py-spy's --nonblocking reads cost the job nothing measurable at 100 Hz: docs/results.md).
-    params = {"seconds": 2.5, "rate": 48}
+    # 120 samples of each kind, as 6 s at 20 Hz gave, in 4 s; a reading too close to its threshold
+    # is measured again over twice the window. Neither shorter at this rate (at 2.5 s, 75 samples
+    # left a checkpointing job's I/O share too close to call) nor faster (at 48 Hz the samplers'
+    # CPU showed in a main-process loader's wait on the 2-core box): docs/results.md.
+    params = {"seconds": 4.0, "rate": 30}
     values = {
         "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction", "torch_save_fraction": "fraction",
         "io_at": "",
@@ -529,7 +530,7 @@ class StackSample(Probe):
         "loop_work_fraction": "fraction", "loop_work_at": "", "gc_fraction": "fraction",
     }
 
-    def run(self, ctx: ProbeContext, seconds: float = 2.5, rate: int = 48) -> Measurement:
+    def run(self, ctx: ProbeContext, seconds: float = 4.0, rate: int = 30) -> Measurement:
         from fieldguide.host.access import classify_py_spy_failure, py_spy_path
 
         spy = py_spy_path()
