@@ -174,10 +174,9 @@ class AgentServer:
                     conn.closed_at = time.monotonic()
                     self._changed.notify_all()
                 return
-            if b"\n" not in chunk:
-                pieces.append(chunk)
-                continue
             pieces.append(chunk)
+            if b"\n" not in chunk:
+                continue
             *lines, rest = b"".join(pieces).split(b"\n")
             pieces = [rest] if rest else []
             for line in lines:

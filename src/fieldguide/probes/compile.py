@@ -153,9 +153,7 @@ class CompileBreaks(CompileProbe):
         provenance = "agent: dynamo's compilation records (a resume function starts at each break's line)"
         if rows and ctx.target.alive():
             self.reading(ctx, status=f"profiling {steps} steps for the compiled graphs each step runs")
-            agent = ctx.target.agent
-            assert agent is not None
-            reply = ask_profile(agent, steps, min(30.0, ctx.budget_left))
+            reply = ask_profile(ctx.target.agent, steps, min(30.0, ctx.budget_left))
             if reply.ok:
                 profile = reply.result.get("profile") or {}
                 regions, profiled = profile.get("compiled_regions") or {}, int(profile.get("steps") or steps)

@@ -107,10 +107,7 @@ class CudaProfile(CudaProbe):
     def run(self, ctx: ProbeContext, steps: int = 5) -> Measurement:
         started = time.monotonic()
         self.reading(ctx, status=f"profiling {steps} steps with CUDA activity")
-        agent = ctx.target.agent
-        if agent is None:
-            return self.cannot("the in-process agent is not connected", seconds=0.0)
-        reply = ask_profile(agent, steps, min(30.0, ctx.budget_left))
+        reply = ask_profile(ctx.target.agent, steps, min(30.0, ctx.budget_left))
         seconds = time.monotonic() - started
         if not reply.ok:
             return self.cannot(reply.error, seconds=seconds, applicable=NO_CUDA not in reply.error)

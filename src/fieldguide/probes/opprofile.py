@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 PERFETTO = "https://ui.perfetto.dev (Open trace file), or chrome://tracing"
 
 
-def ask_profile(agent: AgentServer, steps: int, wait: float,
+def ask_profile(agent: AgentServer | None, steps: int, wait: float,
                 keep: Callable[[], Path] | None = None) -> AgentReply:
     """Profile `steps` of the job's steps (the agent drops the request past `wait` seconds, so a
     late profile never slows later nodes); the reply's `profile` is the trace's summary, with
@@ -33,6 +33,8 @@ def ask_profile(agent: AgentServer, steps: int, wait: float,
     profile saw of anomaly mode is kept on the agent's connection for torch.flags."""
     from fieldguide.agent.channel import AgentReply
 
+    if agent is None:
+        return AgentReply(False, error="the in-process agent is not connected")
     reply = agent.request("opprofile", {"steps": steps, "timeout_s": wait}, timeout=wait + 1.0, name="profile")
     if not reply.ok:
         return reply
@@ -123,10 +125,7 @@ class OpProfile(AgentProbe):
         self.hook_failures(ctx, self.connection(ctx))
         self.reading(ctx, status=f"profiling {steps} steps with torch.profiler")
         wait = min(timeout, max(ctx.budget_left, 5.0))
-        agent = ctx.target.agent
-        if agent is None:
-            return self.cannot("the in-process agent is not connected", seconds=time.monotonic() - started)
-        reply = ask_profile(agent, steps, wait, keep=ctx.artifacts)
+        reply = ask_profile(ctx.target.agent, steps, wait, keep=ctx.artifacts)
         elapsed = time.monotonic() - started
         if not reply.ok:
             if not ctx.target.alive():
