@@ -10,13 +10,14 @@ Each round runs four arms of every job, one at a time, in a rotating order:
   estimate reads when there is nothing to find);
 - attached: `fieldguide diagnose --pid` from WARM_S + QUIET_S after the job's first step;
 - pyspy: `py-spy record --nonblocking -r 100 -d PYSPY_S` the same way (the peer);
-- launched: `fieldguide diagnose -- <job>`: its window runs from WARM_S after the first step to the
-  walk's end.
+- launched: the job started with fieldguide's agent loaded, as `diagnose --` starts it; after
+  WARM_S + QUIET_S of steps the walk runs (the Session the CLI and the TUI run) in this process.
 The job's own clock judges, so the instrument's CPU, its GIL-holding and its wakeups all count.
-plain, attached, pyspy: the window's mean step time against the same process's QUIET_S just
-before and just after it (one process against itself: processes of the same job differ by
-several percent here). launched has no stretch without the agent: its window against the plain
-run of the same round over the same span since the first step, so it is noisier. A rank job's
+Every arm: the window's mean step time against the same process's QUIET_S just before and just
+after it (one process against itself: processes of the same job differ by several percent here).
+A launched job's before and after carry the idle agent's hooks, so its figure is the walk's
+cost on top of them; agent_hooks.py measures the hooks themselves (in one process, swapped in
+and out) and `--hooks-us` adds them as a share of each job's step. A rank job's
 cost is the mean of its ranks'. Printed per job and arm: the median over rounds, quartiles, how
 many rounds cost more than plain, and a two-sided sign test.
 """
@@ -115,14 +116,7 @@ def run_arm(arm: str, width: int, ranks: int, folder: Path, playbook: str) -> Ru
     log = folder / f"{arm}.log"
     paths = logs(log, ranks)
     if arm == "launched":
-        env = dict(os.environ, OBSERVER_LOG=str(log), OBSERVER_WIDTH=str(width), OBSERVER_SECONDS="300")
-        cmd = [*FIELDGUIDE, "diagnose", "--playbook", playbook, "--report", str(folder / "launched.json"),
-               "--", *job_command(ranks)]
-        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=400)
-        end = time.monotonic()
-        clocks = [read_clock(p) for p in paths]
-        first = min(c[0] for c in clocks if c) if any(clocks) else end
-        return Run(clocks, first + WARM_S, end)
+        return run_launched(width, ranks, paths, log, playbook)
     proc = start_job(width, ranks, log, 300)
     try:
         first = wait_for_steps(paths)
@@ -148,35 +142,45 @@ def run_arm(arm: str, width: int, ranks: int, folder: Path, playbook: str) -> Ru
     return Run([read_clock(p) for p in paths], start, end)
 
 
-def within_cost(run: Run) -> float | None:
+def run_launched(width: int, ranks: int, paths: list[Path], log: Path, playbook_id: str) -> Run:
+    """The job launched with fieldguide's agent loaded, as `diagnose --` launches it (its hooks on
+    from torch's import, the playbook's capabilities armed), QUIET_S of steps with the agent idle,
+    then the walk (the same Session the CLI and the TUI run), then QUIET_S idle again: the walk's
+    cost against the same process. What the idle agent's hooks cost every step is not in it:
+    agent_hooks.py measures that inside one process, hooks swapped in and out."""
+    from fieldguide.playbook import find_playbook
+    from fieldguide.targets import LaunchTarget
+    from fieldguide.walk.session import Session, launch_arm, launch_env
+
+    playbook = find_playbook(playbook_id)
+    env = dict(os.environ, OBSERVER_LOG=str(log), OBSERVER_WIDTH=str(width), OBSERVER_SECONDS="300")
+    target = LaunchTarget(job_command(ranks), env=env, arm=launch_arm(playbook), extra_env=launch_env(playbook))
+    try:
+        first = wait_for_steps(paths)
+        time.sleep(max(first + WARM_S + QUIET_S - time.monotonic(), 0.0))
+        start = time.monotonic()
+        Session(playbook, target).run()
+        end = time.monotonic()
+        time.sleep(QUIET_S)
+    finally:
+        target.close()
+    return Run([read_clock(p) for p in paths], start, end)
+
+
+def within_cost(run: Run) -> tuple[float, float] | None:
     """The window's mean step time over the same job's just before and just after it (QUIET_S each):
-    a job's own baseline, free of the offsets between one process and the next."""
-    costs = []
+    a job's own baseline, free of the offsets between one process and the next. With it, that
+    baseline step (seconds; the ranks' mean)."""
+    costs, bases = [], []
     for ends in run.clocks:
         during = mean_step(ends, run.start, run.end)
         before = mean_step(ends, run.start - QUIET_S, run.start)
         after = mean_step(ends, run.end, run.end + QUIET_S)
         if during is None or before is None or after is None:
             return None
-        costs.append(during / ((before + after) / 2) - 1)
-    return statistics.fmean(costs)
-
-
-def launched_cost(run: Run, plain: Run) -> float | None:
-    """A launched job has no uninstrumented stretch: its window against the plain run of the same
-    round over the same span since the first step (between two processes, so noisier)."""
-    costs = []
-    for ends, plain_ends in zip(run.clocks, plain.clocks, strict=True):
-        if not ends or not plain_ends:
-            return None
-        offset_start, offset_end = run.start - ends[0], min(run.end, ends[-1]) - ends[0]
-        measured = mean_step(ends, run.start, run.end)
-        p0 = plain_ends[0]
-        reference = mean_step(plain_ends, p0 + offset_start, min(p0 + offset_end, plain_ends[-1]))
-        if measured is None or reference is None:
-            return None
-        costs.append(measured / reference - 1)
-    return statistics.fmean(costs)
+        bases.append((before + after) / 2)
+        costs.append(during / bases[-1] - 1)
+    return statistics.fmean(costs), statistics.fmean(bases)
 
 
 def sign_test(costs: list[float]) -> float:
@@ -193,6 +197,8 @@ def main() -> None:
     ap.add_argument("--jobs", default=",".join(JOBS))
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--playbook", default="slow-training")
+    ap.add_argument("--hooks-us", type=float, default=None,
+                    help="the idle agent's hooks, microseconds a step (agent_hooks.py): adds a launched+hooks row")
     args = ap.parse_args()
     jobs = [j for j in args.jobs.split(",") if j]
     arms = [a for a in args.arms.split(",") if a]
@@ -202,6 +208,8 @@ def main() -> None:
     order = ["plain", *[a for a in arms if a != "plain"]]
     costs: dict[tuple[str, str], list[float]] = {(j, a): [] for j in jobs for a in order}
     walls: dict[tuple[str, str], list[float]] = {(j, a): [] for j in jobs for a in order}
+    if args.hooks_us is not None and "launched" in order:
+        costs.update({(j, "launched+hooks"): [] for j in jobs})
     print(f"observer effect: {args.rounds} rounds, jobs {', '.join(jobs)}, arms {', '.join(order)}, "
           f"playbook {args.playbook}; load {os.getloadavg()[0]:.1f}", flush=True)
     for round_index in range(args.rounds):
@@ -215,22 +223,28 @@ def main() -> None:
             line = []
             for arm in order:
                 run = runs[arm]
-                cost = launched_cost(run, runs["plain"]) if arm == "launched" else within_cost(run)
+                measured = within_cost(run)
+                cost = None if measured is None else measured[0]
                 span = run.end - run.start
-                if cost is not None:
-                    costs[(job, arm)].append(cost)
+                if measured is not None:
+                    costs[(job, arm)].append(measured[0])
                     walls[(job, arm)].append(span)
+                    if arm == "launched" and args.hooks_us is not None:
+                        costs[(job, "launched+hooks")].append(measured[0] + args.hooks_us * 1e-6 / measured[1])
+                        walls[(job, "launched+hooks")].append(span)
                 line.append(f"{arm} {'n/a' if cost is None else f'{cost:+.2%}'} ({span:.1f} s)")
+            base = within_cost(runs["plain"])
             shutil.rmtree(folder, ignore_errors=True)
-            print(f"round {round_index + 1:>2} {job:>5}: " + ", ".join(line), flush=True)
-    print("\njob    arm        median   quartiles            slower  sign p   window")
+            print(f"round {round_index + 1:>2} {job:>5}" + (f" ({base[1] * 1000:.2f} ms steps)" if base else "")
+                  + ": " + ", ".join(line), flush=True)
+    print("\njob    arm             median   quartiles            slower  sign p   window")
     for (job, arm), values in costs.items():
         if len(values) < 2:
-            print(f"{job:<6} {arm:<9}  too few rounds ({len(values)})")
+            print(f"{job:<6} {arm:<14}  too few rounds ({len(values)})")
             continue
         q = statistics.quantiles(values, n=4)
         slower = sum(v > 0 for v in values)
-        print(f"{job:<6} {arm:<9} {statistics.median(values):+7.2%}  {q[0]:+7.2%} .. {q[2]:+7.2%}  "
+        print(f"{job:<6} {arm:<14} {statistics.median(values):+7.2%}  {q[0]:+7.2%} .. {q[2]:+7.2%}  "
               f"{slower:>2}/{len(values):<3}  {sign_test(values):<7.3f}  {statistics.median(walls[(job, arm)]):.1f} s")
 
 

@@ -4,6 +4,7 @@ host syncs and where they are, honest device time per step, copies and kernels."
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fieldguide.agent.channel import AgentReply
@@ -25,12 +26,17 @@ class CudaProbe(AgentProbe):
 
     needs = frozenset({NEEDS_PROCESS, NEEDS_AGENT, NEEDS_GPU})
 
-    def ask_steps(self, ctx: ProbeContext, request: str, steps: int, status: str,
-                  wait: float = 30.0) -> tuple[AgentReply, float, Measurement | None]:
+    def ask_steps(self, ctx: ProbeContext, request: str, steps: int, status: str, wait: float = 30.0,
+                  asker: Callable[[float], AgentReply] | None = None) -> tuple[AgentReply, float, Measurement | None]:
+        """The agent's reply to `request` over `steps` steps (or `asker`'s, given the seconds the
+        agent may wait), the seconds it took, and the measurement that says why where it failed."""
         started = time.monotonic()
         self.reading(ctx, status=status)
-        reply = self.ask(ctx, {"steps": steps, "timeout_s": min(wait, ctx.budget_left)},
-                         timeout=min(wait + 10, ctx.budget_left), name=request)
+        if asker is not None:
+            reply = asker(min(wait, ctx.budget_left))
+        else:
+            reply = self.ask(ctx, {"steps": steps, "timeout_s": min(wait, ctx.budget_left)},
+                             timeout=min(wait + 10, ctx.budget_left), name=request)
         seconds = time.monotonic() - started
         failed = None if reply.ok else self.cannot(reply.error, seconds=seconds,
                                                      applicable=NO_CUDA not in reply.error)
@@ -105,12 +111,10 @@ class CudaProfile(CudaProbe):
               "h2d_pageable_per_step": "", "h2d_pageable_fraction": "fraction", "copy_fraction": "fraction"}
 
     def run(self, ctx: ProbeContext, steps: int = 5) -> Measurement:
-        started = time.monotonic()
-        self.reading(ctx, status=f"profiling {steps} steps with CUDA activity")
-        reply = ask_profile(ctx.target.agent, steps, min(30.0, ctx.budget_left))
-        seconds = time.monotonic() - started
-        if not reply.ok:
-            return self.cannot(reply.error, seconds=seconds, applicable=NO_CUDA not in reply.error)
+        reply, seconds, failed = self.ask_steps(ctx, "profile", steps, f"profiling {steps} steps with CUDA activity",
+                                                asker=lambda wait: ask_profile(ctx.target.agent, steps, wait))
+        if failed is not None:
+            return failed
         profile = reply.result.get("profile") or {}
         if "kernels_per_step" not in profile:
             return self.cannot("the profile holds no CUDA activity: the job runs no work on a GPU",

@@ -79,13 +79,14 @@ def dtype_mix(flops: dict[str, float]) -> str:
     return ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])) if total else "none"
 
 
-def peak_for(flops: dict[str, float], state: dict[str, Any]) -> tuple[float | None, str]:
-    """This machine's calibrated peak, in GFLOP/s, for the step's main dtype and device; None with
-    the reason where it is not calibrated."""
+def peak_for(flops: dict[str, float], state: dict[str, Any]) -> tuple[float | None, str, bool]:
+    """This machine's calibrated peak, in GFLOP/s, for the step's main dtype and device, where it
+    came from, and whether it was measured here; uncalibrated, a known GPU's datasheet figure
+    (not measured); None with the reason where there is neither."""
     from fieldguide.calibrate.cache import for_this_machine
 
     if not flops:
-        return None, "no FLOPs counted"
+        return None, "no FLOPs counted", False
     main = max(flops, key=lambda k: flops[k]).split()
     dtype, device = main[0], main[1] if len(main) > 1 else "cpu"
     if device == "cuda":
@@ -98,11 +99,20 @@ def peak_for(flops: dict[str, float], state: dict[str, Any]) -> tuple[float | No
         name, scale = ("cpu_matmul_gflops_fp64" if dtype == "float64" else "cpu_matmul_gflops"), 1.0
     calibration = for_this_machine()
     if calibration is None:
-        return None, "this machine is not calibrated: `fieldguide calibrate` measures its peak (a minute)"
-    value, source = calibration.lookup(name)
-    if value is None:
-        return None, source
-    return value * scale, f"{name}, {source}"
+        value, source = None, "this machine is not calibrated: `fieldguide calibrate` measures its peak (a minute)"
+    else:
+        value, source = calibration.lookup(name)
+    if value is not None:
+        return value * scale, f"{name}, {source}", True
+    if device == "cuda" and state.get("cuda_device"):
+        # Uncalibrated: the part's datasheet figure, marked as a table's (known_parts.py).
+        from fieldguide.calibrate.known_parts import datasheet_peak
+
+        sheet, sheet_source = datasheet_peak(str(state["cuda_device"]), name)
+        if sheet is not None:
+            return sheet * scale, sheet_source, False
+        source = f"{source}; {sheet_source}"
+    return None, source, False
 
 
 @register
@@ -155,6 +165,7 @@ class StepEfficiency(AgentProbe):
                                            "peak_fraction", "intra_op_threads", "usable_cores", "idle_cores",
                                            "counted_step_ms")}
         rate["peak_from"], rate["usable_why"] = values.pop("peak_from", None), values.pop("usable_why", None)
+        rate["peak_measured"] = values.pop("peak_measured", None)
         evidence = {"rate": rate}
         return self.measurement(values=values, evidence=evidence, seconds=time.monotonic() - started,
                                 provenance="agent: one step under a TorchDispatchMode with torch.utils.flop_counter's "
@@ -168,8 +179,8 @@ class StepEfficiency(AgentProbe):
         total = sum(flops.values())
         if isinstance(step_ms, (int, float)) and step_ms > 0 and total > 0:
             found["achieved_gflops"] = round(total / 1e9 / (step_ms / 1000), 2)
-        peak, source = peak_for(flops, state)
-        found["peak_from"] = source
+        peak, source, measured = peak_for(flops, state)
+        found["peak_from"], found["peak_measured"] = source, measured
         if peak is not None:
             found["peak_gflops"] = round(peak, 1)
             if found["achieved_gflops"] is not None:

@@ -207,7 +207,8 @@ def achieved_rate(f: Findings) -> list[Section]:
     if isinstance(achieved, (int, float)):
         said += f" at {achieved:g} GFLOP/s"
         if isinstance(peak, (int, float)) and peak > 0:
-            said += f": {achieved / peak:.0%} of this machine's peak ({peak:g} GFLOP/s; {rate.get('peak_from')})"
+            whose = "a datasheet's peak for this GPU" if rate.get("peak_measured") is False else "this machine's peak"
+            said += f": {achieved / peak:.0%} of {whose} ({peak:g} GFLOP/s; {rate.get('peak_from')})"
         else:
             said += f"; no peak to compare with: {rate.get('peak_from')}"
     threads = rate.get("intra_op_threads")

@@ -296,6 +296,8 @@ class WalkScreen(WalkWorkers):
             reached = self.session is not None and self.session.walk.conclusion == item_id
             cold = self.session.cold_start() if reached and self.session is not None else None
             self.panel.show_leaf(item_id, self.playbook.leaves.get(item_id, ""), reached, cold)
+        elif kind == "stop":  # its line in the tree is cut at the pane's width: the whole reason here
+            self.panel.show_message("■ the walk ends here, with no cause", item_id.split(": {", 1)[0])
 
     def _walk_finished(self) -> None:
         assert self.session is not None
