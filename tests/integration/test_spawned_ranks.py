@@ -23,7 +23,9 @@ import os, sys, time
 import torch.multiprocessing as mp
 
 def work(i, world):
-    print(f"rank {i} pid {os.getpid()}", flush=True)
+    # One write per line: print() under PYTHONUNBUFFERED writes the text and its newline apart,
+    # and the two ranks' lines could interleave on the shared pipe.
+    os.write(1, f"rank {i} pid {os.getpid()}\\n".encode())
     time.sleep(60)
 
 if __name__ == "__main__":
