@@ -210,6 +210,7 @@ def main() -> None:
     walls: dict[tuple[str, str], list[float]] = {(j, a): [] for j in jobs for a in order}
     if args.hooks_us is not None and "launched" in order:
         costs.update({(j, "launched+hooks"): [] for j in jobs})
+        walls.update({(j, "launched+hooks"): [] for j in jobs})
     print(f"observer effect: {args.rounds} rounds, jobs {', '.join(jobs)}, arms {', '.join(order)}, "
           f"playbook {args.playbook}; load {os.getloadavg()[0]:.1f}", flush=True)
     for round_index in range(args.rounds):
