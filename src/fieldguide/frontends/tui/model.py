@@ -60,6 +60,12 @@ class OutlineItem:
     children: list[OutlineItem] = field(default_factory=list)
 
 
+def stop_reason(item_id: str) -> str:
+    """A "stop" line's text: the reason the walk ends with no cause, without the reading it may
+    quote ("{seen}"), which only a finished walk has."""
+    return item_id.split(": {", 1)[0]
+
+
 def playbook_outline(playbook: Playbook) -> list[OutlineItem]:
     """The playbook as a checklist: a node's pass edge is the next line at the same level,
     its depart edge is nested under it. A node already shown becomes a reference."""

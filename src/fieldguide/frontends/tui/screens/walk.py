@@ -35,7 +35,7 @@ from fieldguide.frontends.tui.messages import (
     SessionReady,
     TargetStarted,
 )
-from fieldguide.frontends.tui.model import HEADER_ICON, TargetSpec
+from fieldguide.frontends.tui.model import HEADER_ICON, TargetSpec, stop_reason
 from fieldguide.frontends.tui.screens.walkworkers import WalkWorkers
 from fieldguide.frontends.tui.walkstate import ADVANCE, QUEUE, START, WALK, Request, WalkState
 from fieldguide.frontends.tui.widgets.gpu import GpuPanel
@@ -297,7 +297,7 @@ class WalkScreen(WalkWorkers):
             cold = self.session.cold_start() if reached and self.session is not None else None
             self.panel.show_leaf(item_id, self.playbook.leaves.get(item_id, ""), reached, cold)
         elif kind == "stop":  # its line in the tree is cut at the pane's width: the whole reason here
-            self.panel.show_message("■ the walk ends here, with no cause", item_id.split(": {", 1)[0])
+            self.panel.show_message("■ the walk ends here, with no cause", stop_reason(item_id))
 
     def _walk_finished(self) -> None:
         assert self.session is not None

@@ -17,6 +17,7 @@ from fieldguide.frontends.tui.model import (
     LEAF_REACHED_GLYPH,
     OutlineItem,
     playbook_outline,
+    stop_reason,
 )
 from fieldguide.playbook import Playbook
 from fieldguide.report.vocabulary import GLYPH, STYLE, WAITING
@@ -67,8 +68,8 @@ class PlaybookTree(Tree[Item]):
             name = ("↪ " if kind == "ref" else "") + item_id
             return Text.assemble((GLYPH[state], STYLE[state]), " ", (name, "" if state == WAITING else STYLE[state]))
         reached = item_id in self.reached
-        if kind == "stop":  # the walk ends here with no cause; its reason may quote a reading: "{seen}"
-            return Text.assemble(("■", "dim"), " ", (item_id.split(": {", 1)[0], "italic dim"))
+        if kind == "stop":  # the walk ends here with no cause
+            return Text.assemble(("■", "dim"), " ", (stop_reason(item_id), "italic dim"))
         if kind == "cause":
             return Text.assemble((CAUSE_REACHED_GLYPH if reached else CAUSE_GLYPH, "bold red" if reached else "dim"),
                                  " ", (item_id, "bold red" if reached else "italic dim"))
