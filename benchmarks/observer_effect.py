@@ -222,19 +222,18 @@ def main() -> None:
             for arm in order[turn:] + order[:turn]:
                 runs[arm] = run_arm(arm, width, ranks, folder, args.playbook)
             line = []
+            measured = {arm: within_cost(runs[arm]) for arm in order}
             for arm in order:
-                run = runs[arm]
-                measured = within_cost(run)
-                cost = None if measured is None else measured[0]
-                span = run.end - run.start
-                if measured is not None:
-                    costs[(job, arm)].append(measured[0])
+                span = runs[arm].end - runs[arm].start
+                got = measured[arm]
+                if got is not None:
+                    costs[(job, arm)].append(got[0])
                     walls[(job, arm)].append(span)
                     if arm == "launched" and args.hooks_us is not None:
-                        costs[(job, "launched+hooks")].append(measured[0] + args.hooks_us * 1e-6 / measured[1])
+                        costs[(job, "launched+hooks")].append(got[0] + args.hooks_us * 1e-6 / got[1])
                         walls[(job, "launched+hooks")].append(span)
-                line.append(f"{arm} {'n/a' if cost is None else f'{cost:+.2%}'} ({span:.1f} s)")
-            base = within_cost(runs["plain"])
+                line.append(f"{arm} {'n/a' if got is None else f'{got[0]:+.2%}'} ({span:.1f} s)")
+            base = measured["plain"]
             shutil.rmtree(folder, ignore_errors=True)
             print(f"round {round_index + 1:>2} {job:>5}" + (f" ({base[1] * 1000:.2f} ms steps)" if base else "")
                   + ": " + ", ".join(line), flush=True)
