@@ -38,6 +38,9 @@ class Measurement:
     # The margins already weigh the window's contention (the probe read it itself): the runner
     # does not widen them again.
     contention_in_margins: bool = False
+    # The raw samples behind the values, for a probe that `pools` a later window with this one
+    # (a reading too close to its threshold gets more samples, not a fresh window). Never written.
+    pool: Any = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:

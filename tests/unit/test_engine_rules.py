@@ -133,3 +133,39 @@ def test_a_reading_the_second_window_decides_is_judged(rules: Playbook) -> None:
     assert statuses(walk)[0] == ("waits", DEPART)
     assert "measured again" in walk.path[0].note
     assert walk.departure is not None and walk.departure.cause.id == "input.waiting"
+
+
+def test_a_close_reading_of_a_pooling_probe_is_extended_window_by_window_until_it_clears(rules: Playbook) -> None:
+    """stacks.sample pools: each extension is one more window of its own length added to the
+    samples before it (asked as pooled=1, 2, ...), not a fresh window twice as long."""
+    close = Measurement(probe="stacks.sample", values={**QUIET, "data_wait_fraction": 0.11},
+                        margins={"data_wait_fraction": 0.05})
+    clear = Measurement(probe="stacks.sample", values={**QUIET, "data_wait_fraction": 0.13},
+                        margins={"data_wait_fraction": 0.02})
+    params: list[dict] = []
+    answers = [close, close, clear]
+
+    def measure(option):  # type: ignore[no-untyped-def]
+        params.append(dict(option.params))
+        return FakeMeasure({option.probe: answers.pop(0) if answers else QUIET})(option)
+
+    walk = Walk(rules, lambda: {"process", "agent"}, measure)
+    walk.run()
+    assert params[:3] == [{}, {"pooled": 1}, {"pooled": 2}]
+    assert statuses(walk)[0] == ("waits", DEPART)
+    assert "measured again, 3 windows pooled" in walk.path[0].note
+
+
+def test_a_pooling_probe_gives_up_after_four_windows_in_all(rules: Playbook) -> None:
+    close = Measurement(probe="stacks.sample", values={**QUIET, "data_wait_fraction": 0.11},
+                        margins={"data_wait_fraction": 0.05})
+    params: list[dict] = []
+
+    def measure(option):  # type: ignore[no-untyped-def]
+        params.append(dict(option.params))
+        return FakeMeasure({option.probe: close})(option)
+
+    walk = Walk(rules, lambda: {"process", "agent"}, measure)
+    walk.run()
+    assert params[:5] == [{}, {"pooled": 1}, {"pooled": 2}, {"pooled": 3}, {}]  # then the next node
+    assert walk.path[0].undecided and "too close to call" in walk.path[0].note

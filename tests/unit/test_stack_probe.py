@@ -128,3 +128,56 @@ def test_a_sampler_that_ignores_sigint_is_killed(fake_spy: Path, monkeypatch: py
     pids = [int(f.stem) for f in fake_spy.glob("*.pid")]
     assert len(pids) == 2 and not any(running(p) for p in pids)
     assert not m.ok  # killed before writing anything: a reason, not zeros
+
+
+def test_a_window_of_part_seconds_ends_on_time_and_keeps_what_was_sampled(fake_spy: Path) -> None:
+    """py-spy counts whole seconds: a 1.5 s window is cut at 1.5 s (SIGINT), not run to 2 s or
+    to the fake's 60."""
+    started_at = time.monotonic()
+    m = StackSample().run(ProbeContext(target=Me()), seconds=1.5)  # type: ignore[arg-type]
+    assert time.monotonic() - started_at < 5
+    assert m.ok and m.values["samples"] == 7, m.unavailable
+
+
+def test_a_pooled_window_adds_its_samples_to_the_earlier_ones(fake_spy: Path) -> None:
+    first = StackSample().run(ProbeContext(target=Me()), seconds=1.5)  # type: ignore[arg-type]
+    assert first.ok and isinstance(first.pool, stacks.PooledTexts) and first.pool.seconds == 1.5
+    pooled = StackSample().run(ProbeContext(target=Me(), pool_with=first), seconds=1.5,  # type: ignore[arg-type]
+                               pooled=1)
+    assert pooled.ok and pooled.values["samples"] == 14
+    assert "2 windows pooled, 3 s of samples in all" in pooled.provenance
+    assert pooled.pool.seconds == 3.0
+    # Asked to pool with nothing (no earlier window cached): one fresh window as long as both.
+    started_at = time.monotonic()
+    alone = StackSample().run(ProbeContext(target=Me()), seconds=0.6, pooled=1)  # type: ignore[arg-type]
+    assert alone.ok and alone.values["samples"] == 7 and "pooled" not in alone.provenance
+    assert time.monotonic() - started_at >= 1.0
+
+
+def test_the_runner_hands_a_pooled_run_the_window_before_it(temp_probes) -> None:
+    from fieldguide.measurement import Measurement
+    from fieldguide.probes.base import Probe
+    from fieldguide.walk.runner import ProbeRunner
+
+    seen: list[object] = []
+
+    class Pooling(Probe):
+        id = "test.pooling"
+        title = "a pooling probe"
+        params = {"seconds": 1.0}
+        pools = True
+        values = {"n": ""}
+
+        def run(self, ctx: ProbeContext, seconds: float = 1.0, pooled: int = 0) -> Measurement:
+            seen.append(ctx.pool_with.pool if ctx.pool_with is not None else None)
+            m = self.measurement(values={"n": pooled})
+            m.pool = f"window {pooled}"
+            return m
+
+    temp_probes(Pooling)
+    runner = ProbeRunner(Me(), budget=100.0)
+    runner.measure_probe("test.pooling", {})
+    runner.measure_probe("test.pooling", {"pooled": 1})
+    runner.measure_probe("test.pooling", {"pooled": 2})
+    runner.measure_probe("test.pooling", {"pooled": 1})  # cached: the same pooled window again
+    assert seen == [None, "window 0", "window 1"]

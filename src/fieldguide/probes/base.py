@@ -41,6 +41,9 @@ class ProbeContext:
     # Whether this walk has a window of the named probe (default parameters) measured or on its
     # way: a probe skips work that window will answer (the job pays for every sample taken).
     window_coming: Callable[[str], bool] = lambda probe_id: False
+    # For a probe that `pools`, run with `pooled=N`: its window pooled N-1 times (the first window
+    # itself for N=1), whose samples this run adds to. None: there is none to add to.
+    pool_with: Measurement | None = None
 
     def sleep(self, seconds: float) -> bool:
         """Sleep unless cancelled or the target died; False means stop measuring."""
@@ -87,6 +90,10 @@ class Probe:
     # Whether the probe can judge a target that has ended, from what was recorded while it
     # ran (the agent's streams); other probes are not run on an ended target.
     reads_history: ClassVar[bool] = False
+    # A later window's samples add to an earlier one's (`run(..., pooled=N)` with ctx.pool_with):
+    # a reading too close to its threshold is extended by one more window, not measured afresh
+    # over twice the time.
+    pools: ClassVar[bool] = False
 
     # Each probe defines `run(self, ctx, <its params as keyword arguments>) -> Measurement`;
     # declared as a callable attribute so that subclasses may name their own parameters.

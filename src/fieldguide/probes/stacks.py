@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import ast
 import collections
+import math
 import os
 import re
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -480,7 +482,7 @@ def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait:
         try:
             for kind, out in outputs.items():
                 cmd = [spy, "record", "--pid", str(pid), "--rate", str(rate),
-                       "--duration", str(int(round(seconds))), "--format", "raw",
+                       "--duration", str(math.ceil(seconds)), "--format", "raw",
                        "--threads", "--nonblocking", "--full-filenames", "--output", str(out)]
                 if subprocesses:
                     cmd.append("--subprocesses")
@@ -491,8 +493,11 @@ def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait:
                     procs[kind] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
                                                    env=dict(os.environ, RUST_BACKTRACE="0"))
                 lower_priority(procs[kind].pid)
-            while any(reap(p) is None for p in procs.values()):
-                if cancelled_wait(0.2):
+            # py-spy counts whole seconds from its own start: a window of 2.5 s is cut at its end
+            # (SIGINT: it writes what it has); a whole number of seconds runs as py-spy times it.
+            deadline = time.monotonic() + seconds if math.ceil(seconds) > seconds else float("inf")
+            while any(reap(p) is None for p in procs.values()) and time.monotonic() < deadline:
+                if cancelled_wait(min(0.2, max(deadline - time.monotonic(), 0.01))):
                     break  # _stop below sends SIGINT: py-spy writes what it has
                 tick()
             _stop(procs.values())
@@ -503,6 +508,22 @@ def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait:
     return texts, errors, {kind: p.returncode for kind, p in procs.items()}
 
 
+@dataclass(frozen=True)
+class PooledTexts:
+    """A stack window's raw py-spy texts and the seconds they cover: a later window adds to them."""
+
+    texts: dict[str, str]
+    seconds: float
+
+    def add(self, texts: dict[str, str], seconds: float) -> PooledTexts:
+        joined = {kind: _lines(self.texts.get(kind, "")) + _lines(text) for kind, text in texts.items()}
+        return PooledTexts(joined, self.seconds + seconds)
+
+
+def _lines(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
 @register
 class StackSample(Probe):
     id = "stacks.sample"
@@ -510,10 +531,10 @@ class StackSample(Probe):
     title = "Sample the main thread and DataLoader workers with py-spy (idle included)"
     needs = frozenset({NEEDS_PROCESS})
     # 120 samples of each kind, as 6 s at 20 Hz gave, in 4 s; a reading too close to its threshold
-    # is measured again over twice the window. Neither shorter at this rate (at 2.5 s, 75 samples
-    # left a checkpointing job's I/O share too close to call) nor faster (at 48 Hz the samplers'
-    # CPU showed in a main-process loader's wait on the 2-core box): docs/results.md.
+    # is extended: more windows pooled with it. Not faster (at 48 Hz the samplers' CPU showed in a
+    # main-process loader's wait on the 2-core box): docs/results.md.
     params = {"seconds": 4.0, "rate": 30}
+    pools = True
     values = {
         "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction", "torch_save_fraction": "fraction",
         "io_at": "",
@@ -530,8 +551,12 @@ class StackSample(Probe):
         "loop_work_fraction": "fraction", "loop_work_at": "", "gc_fraction": "fraction",
     }
 
-    def run(self, ctx: ProbeContext, seconds: float = 4.0, rate: int = 30) -> Measurement:
+    def run(self, ctx: ProbeContext, seconds: float = 4.0, rate: int = 30, pooled: int = 0) -> Measurement:
         from fieldguide.host.access import classify_py_spy_failure, py_spy_path
+
+        earlier = ctx.pool_with.pool if pooled and ctx.pool_with is not None else None
+        if pooled and not isinstance(earlier, PooledTexts):
+            earlier, seconds = None, seconds * (pooled + 1)  # nothing to add to: one window as long
 
         spy = py_spy_path()
         if spy is None:
@@ -550,6 +575,11 @@ class StackSample(Probe):
         alive_at_end = _descendants(pid)
         provenance = (f"py-spy record --idle / on-CPU, {rate} Hz each, {seconds:.0f} s, "
                       "--subprocesses --nonblocking")
+        pool = PooledTexts(texts, seconds)
+        if earlier is not None and texts["all"].strip():
+            pool = earlier.add(texts, seconds)
+            texts = pool.texts
+            provenance += f"; {pooled + 1} windows pooled, {pool.seconds:.0f} s of samples in all"
         if not texts["all"].strip():
             if not ctx.target.alive():
                 return self.cannot(ctx.target.gone_reason(), provenance=provenance, seconds=elapsed)
@@ -564,11 +594,13 @@ class StackSample(Probe):
         if ctx.artifacts is not None:  # the window itself, for speedscope: what the counts were made from
             from fieldguide.probes.speedscope import keep_speedscope
 
-            kept = keep_speedscope(ctx.artifacts(), texts["all"], f"py-spy, pid {pid}, {seconds:.0f} s at {rate} Hz "
+            kept = keep_speedscope(ctx.artifacts(), texts["all"], f"py-spy, pid {pid}, {pool.seconds:.0f} s at {rate} Hz "
                                    "(idle included)", f"stacks-{pid}-{int(time.time())}", rate)
             if kept is not None:
                 evidence["artifacts"] = [kept]
         if not values["samples"]:
             return self.cannot("py-spy saw no samples of the main thread", provenance=provenance, seconds=elapsed)
-        return self.measurement(values=values, evidence=evidence, provenance=provenance, seconds=elapsed,
-                                margins=sample_margins(values))
+        measurement = self.measurement(values=values, evidence=evidence, provenance=provenance, seconds=elapsed,
+                                       margins=sample_margins(values))
+        measurement.pool = pool
+        return measurement

@@ -125,18 +125,26 @@ def judge(node: Node, capabilities: set[str], measure: Callable[[MeasureOption],
             reasons.append(f"reused the {option.probe} measurement taken for an earlier node")
         close = expect.straddles(measurement.values, measurement.margins)
         if close:
-            again = _measure_longer(option, probe_cls.params, measure)
-            if again is not None:
+            first = _plus_minus(close[0], measured, measurement.margins)
+            longer = None
+            for pooled in range(1, MAX_POOLED + 1 if probe_cls.pools else 2):
+                again = _measure_longer(option, probe_cls, measure, pooled)
+                if again is None:
+                    break
                 seconds += again.seconds
                 held_again = _holds(expect, again)
-                if held_again is not None:
-                    first = _plus_minus(close[0], measured, measurement.margins)
-                    measurement, held = again, held_again
-                    measured = {n: again.values.get(n) for n in names}
-                    longer = ("the longer window an earlier node already took" if again.reused
-                              else f"measured again over {again.seconds:.0f} s")
-                    reasons.append(f"{longer}: the first window's {first} was within its uncertainty of the threshold")
-                    close = expect.straddles(again.values, again.margins)
+                if held_again is None:
+                    break
+                measurement, held = again, held_again
+                measured = {n: again.values.get(n) for n in names}
+                close = expect.straddles(again.values, again.margins)
+                longer = ("the longer window an earlier node already took" if again.reused
+                          else f"measured again over {again.seconds:.0f} s" if not probe_cls.pools
+                          else f"measured again, {pooled + 1} windows pooled{_pooled_seconds(again)}")
+                if not close:
+                    break
+            if longer is not None:
+                reasons.append(f"{longer}: the first window's {first} was within its uncertainty of the threshold")
             if close:
                 return NodeResult(node=node.id, status=SKIP, measured=measured, expected=expect.describe(),
                                   probe=option.probe, seconds=seconds, measurement=measurement, undecided=True,
@@ -161,14 +169,27 @@ def _holds(expect: Any, measurement: Measurement) -> bool | None:
         return None
 
 
-def _measure_longer(option: MeasureOption, defaults: dict[str, Any],
-                    measure: Callable[[MeasureOption], Measurement]) -> Measurement | None:
-    """The option measured again over twice its window, where its probe has a window."""
-    seconds = {**defaults, **option.params}.get("seconds")
+# A pooling probe's close reading is extended by up to this many windows of its own length (four
+# windows in all); another probe's is measured once more over twice its window.
+MAX_POOLED = 3
+
+
+def _measure_longer(option: MeasureOption, probe_cls: Any, measure: Callable[[MeasureOption], Measurement],
+                    pooled: int) -> Measurement | None:
+    """The option's window extended: pooled with `pooled` more windows where its probe pools
+    samples, else measured again over twice its window; None where its probe has no window."""
+    seconds = {**probe_cls.params, **option.params}.get("seconds")
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
         return None
-    return measure(MeasureOption(probe=option.probe, params={**option.params, "seconds": seconds * 2},
-                                 expect=option.expect))
+    params = ({**option.params, "pooled": pooled} if probe_cls.pools
+              else {**option.params, "seconds": seconds * 2})
+    return measure(MeasureOption(probe=option.probe, params=params, expect=option.expect))
+
+
+def _pooled_seconds(measurement: Measurement) -> str:
+    """The seconds of samples a pooled window holds, where it says (its run's are the last window's)."""
+    seconds = getattr(measurement.pool, "seconds", None)
+    return f", {seconds:.0f} s of samples in all" if isinstance(seconds, (int, float)) else ""
 
 
 def _plus_minus(name: str, measured: dict[str, Any], margins: dict[str, float]) -> str:

@@ -53,10 +53,22 @@ class ProbeRunner:
         self._artifacts: Path | None = None
         self._artifacts_lock = threading.Lock()  # not _lock: a prefetch thread asks while a node waits for it
 
-    def _context(self) -> ProbeContext:
+    def _context(self, pool_with: Measurement | None = None) -> ProbeContext:
         return ProbeContext(target=self.target, budget_left=max(self.budget - self.spent, 1.0),
                             cancelled=self.cancelled, on_reading=self._on_reading, measure=self.measure_probe,
-                            forget=self.forget, artifacts=self.artifacts_dir, window_coming=self.window_coming)
+                            forget=self.forget, artifacts=self.artifacts_dir, window_coming=self.window_coming,
+                            pool_with=pool_with)
+
+    def _pooled_from(self, probe_id: str, params: dict[str, Any]) -> Measurement | None:
+        """For a run with `pooled=N`: the cached window pooled N-1 times, which it extends."""
+        pooled = params.get("pooled")
+        if not isinstance(pooled, int) or isinstance(pooled, bool) or pooled < 1:
+            return None
+        earlier = {k: v for k, v in params.items() if k != "pooled"}
+        if pooled > 1:
+            earlier["pooled"] = pooled - 1
+        found = self.cache.get(self._key(probe_id, earlier)[2])
+        return found if found is not None and found.ok and found.pool is not None else None
 
     def window_coming(self, probe_id: str) -> bool:
         """A measurement of this probe (any parameters) is in flight or cached and usable."""
@@ -227,7 +239,7 @@ class ProbeRunner:
             self._running.append(key)
             window = self._contention()
             try:
-                measurement = probe_cls().run(self._context(), **merged)
+                measurement = probe_cls().run(self._context(self._pooled_from(probe_id, params)), **merged)
             except Exception as err:  # a probe bug must not end the walk: it is a reading with its reason
                 measurement = Measurement.cannot(probe_id, f"probe failed: {type(err).__name__}: {err}")
             finally:
