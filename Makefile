@@ -25,8 +25,10 @@ demo: $(STAMP)
 demo-headless: $(STAMP)
 	$(VENV)/bin/fieldguide demo --no-tui; s=$$?; [ $$s -le 1 ] || [ $$s -eq 3 ] || [ $$s -eq 130 ]
 
+# Two lanes (pytest-xdist), one worker a core; tests marked `alone` have the machine to themselves,
+# and a zoo walk a neighbour made too close to call is walked again alone (tests/conftest.py).
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" --durations=20
+	$(PY) -m pytest -q -m "not slow" --durations=20 -n 2 --dist loadgroup
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q

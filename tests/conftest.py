@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,63 @@ def pytest_configure(config: pytest.Config) -> None:
 
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="fieldguide-tests-inductor-")
 FIELDGUIDE = [sys.executable, "-m", "fieldguide"]
+
+
+class Lanes:
+    """`make test` runs two lanes (pytest-xdist, one worker a core). A test marked `alone` has the
+    machine to itself: it waits for the other lane's test to end, and the other lane waits for it.
+    Its reading is judged against the same process with nothing beside it (the loader's wait, a
+    watch's learned baseline, an A/B's ratio), which a neighbour's start or end would move.
+
+    A readers-writer lock on two files in the run's own temporary root: every test holds the room
+    shared, a test alone holds it exclusively; the turnstile lets a waiting `alone` test in before
+    tests that come after it. Without xdist there is one lane and nothing to lock."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self._files: list[Any] = []
+
+    def enter(self, alone: bool) -> None:
+        if self.root is None:
+            return
+        import fcntl
+
+        turnstile, room = open(self.root / "lane-turnstile", "a+b"), open(self.root / "lane-room", "a+b")
+        self._files = [turnstile, room]
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if alone:
+            fcntl.flock(room, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(room, fcntl.LOCK_SH)
+
+    def leave(self) -> None:
+        for handle in reversed(self._files):
+            handle.close()  # closing drops its lock
+        self._files = []
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """The rest of a test with the machine to itself (its shared hold given up first: two lanes
+        upgrading at once would each wait for the other)."""
+        self.leave()
+        self.enter(alone=True)
+        try:
+            yield
+        finally:
+            self.leave()
+            self.enter(alone=False)
+
+
+@pytest.fixture(autouse=True)
+def lanes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lanes]:
+    root = tmp_path_factory.getbasetemp().parent if "PYTEST_XDIST_WORKER" in os.environ else None
+    held = Lanes(root)  # the run's own temporary root (pytest-N), shared by its workers
+    held.enter(alone=request.node.get_closest_marker("alone") is not None)
+    try:
+        yield held
+    finally:
+        held.leave()
 
 
 def check_report(data: dict) -> None:

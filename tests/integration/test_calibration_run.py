@@ -21,6 +21,7 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+@pytest.mark.alone
 @pytest.mark.slow  # ~30 s of DataLoader pipelines; `make test-all` runs it
 def test_calibrate_measures_caches_and_shows(tmp_path: Path) -> None:
     env = {"XDG_CACHE_HOME": str(tmp_path), "FIELDGUIDE_CALIBRATE_QUICK": "1"}

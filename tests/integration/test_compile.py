@@ -124,6 +124,7 @@ STEPS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.alone
 def test_the_ab_runner_times_both_arms_in_turns(tmp_path: Path) -> None:
     target = launch(tmp_path, STEPS)
     try:

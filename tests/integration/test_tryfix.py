@@ -60,6 +60,7 @@ def test_the_agent_applies_overrides_and_says_where(tmp_path: Path) -> None:
     assert "workers 2 anomaly False" in target.log_tail(50)
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_try_fix_relaunches_a_waiting_loader_with_more_workers_and_it_scales(tmp_path: Path) -> None:
     script = tmp_path / "waits.py"

@@ -101,6 +101,7 @@ def assert_named_after_the_change(events: list[dict], changed: float | None, cau
     return first
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize(("name", "mode"), [("loader_slows", "launch"), ("leak_starts", "attach")])
 def test_a_change_is_named_soon_after_it_with_quick_rules(tmp_path: Path, name: str, mode: str) -> None:
     # The job outlasts any walk (the watch is stopped at its first departure): one cut short by the
@@ -114,6 +115,7 @@ def test_a_change_is_named_soon_after_it_with_quick_rules(tmp_path: Path, name: 
     assert "cause " in said and "baseline" in said  # the headless lines, one per event
 
 
+@pytest.mark.alone
 def test_the_shipped_rules_raise_no_alarm_on_a_trainers_rhythm(tmp_path: Path) -> None:
     """The bundled rules, unchanged, on the healthy job with a trainer's rhythm (workers restarted
     each epoch, an evaluation every ~20 s, a checkpoint every ~14 s): the baseline learned after 50 s,
@@ -131,6 +133,7 @@ def changing_cases() -> list[object]:
     return [pytest.param(name, mode, id=f"{name}-{mode}") for name, d in DECLARED.items() for mode in d.modes]
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "mode"), changing_cases())
 def test_each_changing_workload_with_the_bundled_rules(tmp_path: Path, name: str, mode: str) -> None:

@@ -66,17 +66,13 @@ def cases(mode: str) -> list[object]:
     return chosen
 
 
-# Each launched walk's report, by workload: later tests read a walk made once (one walk serves
-# every assertion on it).
-LAUNCHED: dict[str, dict] = {}
-
-
 # A compile walk waits for cold compiles (~15 s a graph here) and relaunches the job for its A/B:
 # the job must outlive it.
 SLOW_PLAYBOOKS = {"compile-regression": {"FIELDGUIDE_WORKLOAD_SECONDS": "200"}}
 
 
-# What each mode named for each workload in this run: where both ran, they must agree.
+# What each mode named for each workload in this run: where both ran, they must agree (the attach
+# run, which comes after the launched one in the walks' lane, checks).
 NAMED: dict[str, dict[str, tuple[str, str | None]]] = {}
 
 
@@ -144,12 +140,25 @@ def assert_found(data: dict, want: workloads.Declaration) -> None:
         assert data["first_departure"]["cause"] == want.cause, path
 
 
+def walked(lanes, want: workloads.Declaration, walk) -> dict:  # type: ignore[no-untyped-def]
+    """The walk's report; walked again with the machine to itself where it ended too close to call
+    beside the other lane's job (make test's two lanes). A busy machine may make a walk undecided,
+    never wrong: a cause named beside a neighbour is judged as it stands."""
+    data = walk()
+    undecided = any("too close to call" in (p.get("note") or "") for p in data["path"])
+    beside = ((data.get("contention") or {}).get("oversubscribed_windows") or 0) > 0
+    if data["verdict"] == "inconclusive" != want.verdict and undecided and beside and lanes.root is not None:
+        with lanes.alone():
+            data = walk()
+    return data
+
+
 @pytest.mark.parametrize("want", cases("launch"))
-def test_launch(tmp_path: Path, want: workloads.Declaration) -> None:
+def test_launch(tmp_path: Path, want: workloads.Declaration, lanes) -> None:
     import sys
 
-    data = diagnose(tmp_path, want.playbook, "--", *workloads.command(want.name, sys.executable))
-    LAUNCHED[want.name] = data
+    data = walked(lanes, want, lambda: diagnose(tmp_path, want.playbook, "--",
+                                                *workloads.command(want.name, sys.executable)))
     assert_found(data, want)
     assert data["target"]["kind"] == "launch"
     kinds = check_artifacts(data)
@@ -183,15 +192,19 @@ def tlparse_the_trace(data: dict, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("want", cases("attach"))
-def test_attach(tmp_path: Path, want: workloads.Declaration, workload_process) -> None:
+def test_attach(tmp_path: Path, want: workloads.Declaration, workload_process, lanes) -> None:
     proc = workload_process(want.name)
-    data = diagnose(tmp_path, want.playbook, "--pid", str(proc.pid))
+    data = walked(lanes, want, lambda: diagnose(tmp_path, want.playbook, "--pid", str(proc.pid)))
     assert_found(data, want)
     assert proc.poll() is None, "an attached job must keep running"
     assert data["target"]["kind"] == "attach"
     # No agent: the nodes that need it say so, and the walk goes on.
     skipped = [p for p in data["path"] if p["status"] == "skip"]
     assert all("launch" in p["note"] or "needs an NVIDIA GPU" in p["note"] for p in skipped), skipped
+    # Two eyes on one job: where this run also walked it launched, both named the same verdict and
+    # cause (`make test-all` walks every workload declared for both modes).
+    named = NAMED[want.name]
+    assert named.get("launch", named["attach"]) == named["attach"], named
 
 
 def test_a_target_that_exits_mid_walk_is_reported_not_a_crash(tmp_path: Path) -> None:
@@ -219,21 +232,12 @@ def test_a_target_that_exits_mid_walk_is_reported_not_a_crash(tmp_path: Path) ->
     assert ("not measured on this target" in data["note"]) == bool(skipped), data["note"]
 
 
-def test_launch_and_attach_agree_on_every_workload_walked_both_ways() -> None:
-    """Two eyes on one job: where this run walked a workload launched and attached, both named the
-    same verdict and cause (`make test-all` walks every workload declared for both modes)."""
-    both = {name: modes for name, modes in NAMED.items() if {"launch", "attach"} <= set(modes)}
-    if not both:
-        pytest.skip("no workload was walked in both modes in this run")
-    differ = {name: modes for name, modes in both.items() if modes["launch"] != modes["attach"]}
-    assert not differ, differ
-
-
 # The loader's wait with nothing measuring it, taken from the same process just before and just
 # after the walk (the agent idle: its DataLoader wrapper costs microseconds of a 47 ms wait).
 IDLE_S = 6.0
 
 
+@pytest.mark.alone
 def test_a_loaders_wait_reads_under_the_walk_what_it_costs_with_nothing_measuring() -> None:
     """The instrument's cost stays out of its own readings: the data wait the walk measured (its
     loop window, beside its stack sampler) is the wait the same process's loader took while nothing

@@ -248,7 +248,7 @@ class LoopSteps(AgentProbe):
     title = "Time each training step and its wait for the next batch (in-process agent)"
     capability = "loop"
     reads_history = True
-    params = {"seconds": 4.0, "min_steps": 8, "warmup_steps": 3}  # as long as the stack window beside it
+    params = {"seconds": 2.5, "min_steps": 8, "warmup_steps": 3}  # as long as the stack window beside it
     values = {
         "steps": "", "boundary": "", "input_from": "", "step_ms_median": "ms", "step_ms_p90": "ms",
         "data_wait_ms_median": "ms", "data_wait_ms_p90": "ms", "data_wait_fraction": "fraction",
@@ -259,7 +259,7 @@ class LoopSteps(AgentProbe):
     }
     series = {"step_ms": "ms", "data_wait_ms": "ms"}
 
-    def run(self, ctx: ProbeContext, seconds: float = 4.0, min_steps: int = 8, warmup_steps: int = 3) -> Measurement:
+    def run(self, ctx: ProbeContext, seconds: float = 2.5, min_steps: int = 8, warmup_steps: int = 3) -> Measurement:
         conn = self.connection(ctx)
         if conn is None:
             return self.cannot("the in-process agent is not connected")

@@ -530,10 +530,11 @@ class StackSample(Probe):
     evidence_kinds = (*ev.STACK_KINDS,)
     title = "Sample the main thread and DataLoader workers with py-spy (idle included)"
     needs = frozenset({NEEDS_PROCESS})
-    # 120 samples of each kind, as 6 s at 20 Hz gave, in 4 s; a reading too close to its threshold
-    # is extended: more windows pooled with it. Not faster (at 48 Hz the samplers' CPU showed in a
-    # main-process loader's wait on the 2-core box): docs/results.md.
-    params = {"seconds": 4.0, "rate": 30}
+    # 75 samples of each kind in 2.5 s; a reading too close to its threshold is extended, window by
+    # window, pooled with it (up to 300 samples in 10 s), so a reading far from its threshold ends
+    # sooner and a near one gets more samples than a fixed window gave. Not faster (at 48 Hz the
+    # samplers' CPU showed in a main-process loader's wait on the 2-core box): docs/results.md.
+    params = {"seconds": 2.5, "rate": 30}
     pools = True
     values = {
         "samples": "", "workers_sampled": "", "data_wait_fraction": "fraction", "torch_save_fraction": "fraction",
@@ -551,7 +552,7 @@ class StackSample(Probe):
         "loop_work_fraction": "fraction", "loop_work_at": "", "gc_fraction": "fraction",
     }
 
-    def run(self, ctx: ProbeContext, seconds: float = 4.0, rate: int = 30, pooled: int = 0) -> Measurement:
+    def run(self, ctx: ProbeContext, seconds: float = 2.5, rate: int = 30, pooled: int = 0) -> Measurement:
         from fieldguide.host.access import classify_py_spy_failure, py_spy_path
 
         earlier = ctx.pool_with.pool if pooled and ctx.pool_with is not None else None
