@@ -53,7 +53,7 @@ echo "$@" > "$out"
 
 def test_a_rank_without_workers_is_sampled_without_polling_for_subprocesses(tmp_path: Path) -> None:
     from fieldguide.probes.dist import has_children
-    from fieldguide.probes.stacks import record_stacks
+    from fieldguide.probes.stack_recording import record_stacks
 
     spy = tmp_path / "py-spy"
     spy.write_text(FAKE_SPY)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from fieldguide.probes import stacks
+from fieldguide.probes import stack_recording, stacks
 from fieldguide.probes.base import ProbeContext
 from fieldguide.probes.stacks import StackSample
 
@@ -117,7 +117,7 @@ def test_cancel_stops_the_samplers_and_keeps_what_they_wrote(fake_spy: Path) -> 
 
 def test_a_sampler_that_ignores_sigint_is_killed(fake_spy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SPY_DEAF", "1")
-    monkeypatch.setattr(stacks, "STOP_GRACE_S", 0.5)
+    monkeypatch.setattr(stack_recording, "STOP_GRACE_S", 0.5)
     ctx = ProbeContext(target=Me())
     timer = threading.Timer(1.0, ctx.cancelled.set)
     timer.start()

@@ -19,6 +19,7 @@ from fieldguide.probes.step_budget import (
     refine,
     sample_budget,
     sample_part,
+    update_call_lines,
 )
 from fieldguide.probes.step_cycle import input_call, loop_frame
 from fieldguide.report import to_markdown
@@ -445,3 +446,52 @@ def test_a_budget_whose_every_part_was_timed_still_adds_up() -> None:
     refined = refine([BudgetLine("input_wait", 1.0, 0.05)], {"input": 0.5})
     assert sum(line.share for line in refined) == pytest.approx(1.0)
     assert {line.part for line in refined} == {"input_wait", "other"}
+
+
+HAND_UPDATE = textwrap.dedent("""\
+    def sgd(params, lr):
+        for p in params:
+            p.data -= lr * p.grad
+
+    def main(model, loss_fn, xb, yb):
+        while True:
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            sgd(model.parameters(), 0.1)
+            print(loss)
+""")
+
+
+def test_a_sample_on_the_line_that_calls_a_hand_written_update_is_the_update() -> None:
+    """The thread stands on the loop's `sgd(...)` line with no callee (making the call, or a torn
+    stack; more often when it waits for a core): the update, like the samples inside sgd(), not
+    the loop's own work. A line of metrics the loop runs beside the step stays its own work."""
+    lines = HAND_UPDATE.splitlines()
+
+    def at(text: str) -> int:
+        return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+    loop = ("main", FILE)
+    samples = [
+        sample(sc.FORWARD, [("main", FILE, at("loss = loss_fn")), ("Module._call_impl", MODULE, 1)], 40),
+        sample(sc.BACKWARD, [("main", FILE, at("loss.backward()")),
+                             ("Tensor.backward", "/site-packages/torch/_tensor.py", 1)], 30),
+        sample(sc.OTHER, [("main", FILE, at("sgd(model")), ("sgd", FILE, at("p.data -= lr"))], 10),
+        sample(sc.OTHER, [("main", FILE, at("sgd(model"))], 15),  # on the line, no callee
+        sample(sc.OTHER, [("main", FILE, at("print(loss)"))], 5),
+    ]
+    flow = flow_of(samples, loop, lambda file: HAND_UPDATE if file == FILE else None)
+
+    def is_update(file: str, func: str, line: int) -> bool:
+        return file == FILE and is_update_function(HAND_UPDATE, func, line)
+
+    assert update_call_lines(samples, loop, is_update) == {at("sgd(model")}
+    update_lines = update_call_lines(samples, loop, is_update)
+
+    def place(s: sc.ThreadSample):  # type: ignore[no-untyped-def]
+        return sample_part(s, loop, flow, lambda x: False, framework_frame, is_update, None, update_lines)
+
+    assert place(samples[3]).part == "update"
+    assert place(samples[4]).part != "update"
+    # Without the line known to call the update, that sample read as the loop's own work.
+    assert sample_part(samples[3], loop, flow, lambda x: False, framework_frame, is_update).part == "loop_work"

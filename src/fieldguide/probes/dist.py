@@ -207,7 +207,8 @@ class RankComparison(Probe):
         the launcher too, and cost 4x one rank's sampler (0.23 against 0.06 CPU-s over 5 s at
         20 Hz, two ranks): on a node whose cores the ranks fill, that CPU is the job's."""
         from fieldguide.host.access import py_spy_path
-        from fieldguide.probes.stacks import read_samples, record_stacks, stack_values
+        from fieldguide.probes.stack_recording import record_stacks
+        from fieldguide.probes.stacks import read_samples, stack_values
 
         spy = py_spy_path()
         if spy is None:

@@ -14,20 +14,13 @@ from __future__ import annotations
 
 import ast
 import collections
-import math
 import os
 import re
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fieldguide.host.samplers import lower_priority, reap
-from fieldguide.host.samplers import stop as stop_samplers
-from fieldguide.host.watchdog import claim
 from fieldguide.measurement import Measurement
 from fieldguide.probes import evidence as ev
 from fieldguide.probes import register
@@ -61,12 +54,14 @@ from fieldguide.probes.stack_categories import (
     summarize,
     uses_gpu,
 )
+from fieldguide.probes.stack_recording import PooledTexts, record_stacks
 from fieldguide.probes.step_budget import (
     BudgetLine,
     flow_of,
     outer_loops,
     sample_budget,
     sample_part,
+    update_call_lines,
 )
 from fieldguide.probes.step_cycle import input_call, input_samples, loop_frame
 from fieldguide.probes.uncertainty import share_margin
@@ -79,7 +74,6 @@ _PACKAGE = re.compile(r"(?:site|dist)-packages/([^/]+)")
 # 5 samples at the default 20 Hz is a quarter of a second of producing seen in the window.
 MIN_PRODUCE_SAMPLES = 5
 # How long py-spy gets to write its file after SIGINT before it is killed.
-STOP_GRACE_S = 3.0
 
 
 def parse_raw(text: str, main_pid: int) -> list[ThreadSample]:
@@ -329,8 +323,9 @@ def step_budget(main_all: list[ThreadSample], main_active: list[ThreadSample], l
         return loop is not None and input_call(sample, loop, flow) is not None
 
     outer = outer_loops(main_all, loop, reader.text) if reader is not None else []
+    update_lines = update_call_lines(main_all, loop, is_update) if loop is not None else set()
     return sample_budget(main_all, main_active,
-                         lambda s: sample_part(s, loop, flow, fetches, framework_frame, is_update, outer))
+                         lambda s: sample_part(s, loop, flow, fetches, framework_frame, is_update, outer, update_lines))
 
 
 def stack_values(all_samples: list[ThreadSample], active_samples: list[ThreadSample],
@@ -449,15 +444,6 @@ def _descendants(pid: int) -> set[int]:
         return set()
 
 
-def _stop(procs: Iterable[subprocess.Popen[str]], grace: float | None = None) -> None:
-    """End and reap every sampler still running: SIGINT (py-spy writes what it has), then SIGKILL.
-
-    Runs on every exit path (a finished window, cancel, an exception, Ctrl-C/SIGTERM) before
-    the temporary directory goes, so no py-spy outlives the probe or writes into a deleted dir.
-    """
-    stop_samplers(procs, STOP_GRACE_S if grace is None else grace)
-
-
 def read_samples(texts: dict[str, str], pid: int) -> tuple[list[ThreadSample], list[ThreadSample]]:
     """Both samplers' samples (`record_stacks`' texts) with `pid` as the main process, each leaf's
     source statement read for the classifier."""
@@ -466,62 +452,6 @@ def read_samples(texts: dict[str, str], pid: int) -> tuple[list[ThreadSample], l
     for found in samples:
         reader.fill(found)
     return samples
-
-
-def record_stacks(spy: str, pid: int, seconds: float, rate: int, cancelled_wait: Any,
-                  tick: Any = lambda: None, subprocesses: bool = True,
-                  ) -> tuple[dict[str, str], dict[str, str], dict[str, int | None]]:
-    """Two py-spy samplers on `pid` (and its subprocesses unless told not to: py-spy then stops
-    polling for them, half its CPU) for `seconds`: "all" (`--idle`: waiting too) and "active"
-    (on the CPU). Returns each one's raw text, stderr and exit status.
-    `cancelled_wait(timeout)` returns True to cut the window short (py-spy then writes what it has)."""
-    procs: dict[str, subprocess.Popen[str]] = {}
-    with tempfile.TemporaryDirectory(prefix="fieldguide-spy-") as tmp:
-        claim(Path(tmp))  # removed by a later run if this fieldguide is killed
-        outputs = {kind: Path(tmp) / f"{kind}.txt" for kind in ("all", "active")}
-        try:
-            for kind, out in outputs.items():
-                cmd = [spy, "record", "--pid", str(pid), "--rate", str(rate),
-                       "--duration", str(math.ceil(seconds)), "--format", "raw",
-                       "--threads", "--nonblocking", "--full-filenames", "--output", str(out)]
-                if subprocesses:
-                    cmd.append("--subprocesses")
-                if kind == "all":
-                    cmd.append("--idle")
-                # stderr to a file: a pipe nobody reads while sampling could fill and stall py-spy.
-                with open(Path(tmp) / f"{kind}.err", "w") as err:
-                    procs[kind] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True,
-                                                   env=dict(os.environ, RUST_BACKTRACE="0"))
-                lower_priority(procs[kind].pid)
-            # py-spy counts whole seconds from its own start: a window of 2.5 s is cut at its end
-            # (SIGINT: it writes what it has); a whole number of seconds runs as py-spy times it.
-            deadline = time.monotonic() + seconds if math.ceil(seconds) > seconds else float("inf")
-            while any(reap(p) is None for p in procs.values()) and time.monotonic() < deadline:
-                if cancelled_wait(min(0.2, max(deadline - time.monotonic(), 0.01))):
-                    break  # _stop below sends SIGINT: py-spy writes what it has
-                tick()
-            _stop(procs.values())
-            errors = {kind: (Path(tmp) / f"{kind}.err").read_text(errors="replace") for kind in procs}
-            texts = {kind: out.read_text() if out.exists() else "" for kind, out in outputs.items()}
-        finally:
-            _stop(procs.values())
-    return texts, errors, {kind: p.returncode for kind, p in procs.items()}
-
-
-@dataclass(frozen=True)
-class PooledTexts:
-    """A stack window's raw py-spy texts and the seconds they cover: a later window adds to them."""
-
-    texts: dict[str, str]
-    seconds: float
-
-    def add(self, texts: dict[str, str], seconds: float) -> PooledTexts:
-        joined = {kind: _lines(self.texts.get(kind, "")) + _lines(text) for kind, text in texts.items()}
-        return PooledTexts(joined, self.seconds + seconds)
-
-
-def _lines(text: str) -> str:
-    return text if not text or text.endswith("\n") else text + "\n"
 
 
 @register

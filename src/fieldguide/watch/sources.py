@@ -294,7 +294,8 @@ class AttachSource:
             self._stop.wait(max(STACK_EVERY_S - (time.monotonic() - started), 0.5))
 
     def _one_window(self) -> None:
-        from fieldguide.probes.stacks import read_samples, record_stacks, stack_values
+        from fieldguide.probes.stack_recording import record_stacks
+        from fieldguide.probes.stacks import read_samples, stack_values
 
         assert self.spy is not None
         # The main process only: its share waiting for or making its batch is what is watched.
