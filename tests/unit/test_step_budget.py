@@ -463,9 +463,10 @@ HAND_UPDATE = textwrap.dedent("""\
 
 
 def test_a_sample_on_the_line_that_calls_a_hand_written_update_is_the_update() -> None:
-    """The thread stands on the loop's `sgd(...)` line with no callee (making the call, or a torn
-    stack; more often when it waits for a core): the update, like the samples inside sgd(), not
-    the loop's own work. A line of metrics the loop runs beside the step stays its own work."""
+    """The thread in a hand-written update the loop calls through a decorator's wrapper (a library
+    frame between them), or standing on the loop's `sgd(...)` line with no callee (making the
+    call, a torn stack): the update, not the loop's own work. A line of metrics the loop runs
+    beside the step stays its own work."""
     lines = HAND_UPDATE.splitlines()
 
     def at(text: str) -> int:
@@ -476,7 +477,10 @@ def test_a_sample_on_the_line_that_calls_a_hand_written_update_is_the_update() -
         sample(sc.FORWARD, [("main", FILE, at("loss = loss_fn")), ("Module._call_impl", MODULE, 1)], 40),
         sample(sc.BACKWARD, [("main", FILE, at("loss.backward()")),
                              ("Tensor.backward", "/site-packages/torch/_tensor.py", 1)], 30),
-        sample(sc.OTHER, [("main", FILE, at("sgd(model")), ("sgd", FILE, at("p.data -= lr"))], 10),
+        # In the update through `@torch.no_grad()`'s wrapper: a library frame between loop and update.
+        sample(sc.OTHER, [("main", FILE, at("sgd(model")),
+                          ("decorate_context", "/site-packages/torch/utils/_contextlib.py", 124),
+                          ("sgd", FILE, at("p.data -= lr"))], 10),
         sample(sc.OTHER, [("main", FILE, at("sgd(model"))], 15),  # on the line, no callee
         sample(sc.OTHER, [("main", FILE, at("print(loss)"))], 5),
     ]
@@ -491,7 +495,7 @@ def test_a_sample_on_the_line_that_calls_a_hand_written_update_is_the_update() -
     def place(s: sc.ThreadSample):  # type: ignore[no-untyped-def]
         return sample_part(s, loop, flow, lambda x: False, framework_frame, is_update, None, update_lines)
 
-    assert place(samples[3]).part == "update"
+    assert place(samples[2]).part == "update" and place(samples[3]).part == "update"
     assert place(samples[4]).part != "update"
     # Without the line known to call the update, that sample read as the loop's own work.
     assert sample_part(samples[3], loop, flow, lambda x: False, framework_frame, is_update).part == "loop_work"
