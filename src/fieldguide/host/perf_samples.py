@@ -22,6 +22,7 @@ import platform
 import struct
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # perf_event_open's syscall number by machine (asm/unistd.h).
 SYSCALL = {"x86_64": 298, "aarch64": 241}
@@ -57,7 +58,7 @@ def _attr(period_ns: int) -> ctypes.Array[ctypes.c_char]:
 def _refusal(code: int) -> str:
     if code in (errno.EACCES, errno.EPERM):
         try:
-            paranoid = open("/proc/sys/kernel/perf_event_paranoid").read().strip()
+            paranoid = Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
         except OSError:
             paranoid = "unreadable"
         return (f"the kernel refused perf_event_open ({os.strerror(code)}; kernel.perf_event_paranoid={paranoid}, "
@@ -105,7 +106,7 @@ def sample_ips(pid: int, seconds: float, rate: int = 100) -> PerfSamples:
     """Each thread of `pid` sampled `rate` times a second of its own CPU time, for `seconds`: the
     user-space address it was running. Threads started meanwhile are not seen."""
     number = SYSCALL.get(platform.machine())
-    if number is None or not hasattr(os, "sched_getaffinity"):
+    if number is None or platform.system() != "Linux":
         return PerfSamples(error=f"no perf_event_open binding for {platform.system()} {platform.machine()}")
     try:
         tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))[:MAX_THREADS]
